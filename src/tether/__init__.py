@@ -1,0 +1,38 @@
+"""tether: keeps agent harness processes and their children honest about being alive.
+
+This module only re-exports the public names of ``DESIGN.md``; each lives in its layer.
+"""
+
+from .channels import ChannelClosed as ChannelClosed
+from .channels import ChannelStatistics as ChannelStatistics
+from .channels import Holder as Holder
+from .channels import OneshotReceiver as OneshotReceiver
+from .channels import OneshotSender as OneshotSender
+from .channels import Receiver as Receiver
+from .channels import Sender as Sender
+from .channels import SendError as SendError
+from .channels import WatchReceiver as WatchReceiver
+from .channels import WatchSender as WatchSender
+from .channels import WeakSender as WeakSender
+from .channels import channel as channel
+from .channels import oneshot as oneshot
+from .channels import watch as watch
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "ChannelClosed",
+    "ChannelStatistics",
+    "Holder",
+    "OneshotReceiver",
+    "OneshotSender",
+    "Receiver",
+    "SendError",
+    "Sender",
+    "WatchReceiver",
+    "WatchSender",
+    "WeakSender",
+    "channel",
+    "oneshot",
+    "watch",
+]

@@ -1,0 +1,5 @@
+"""``python -m tether`` is the ``tether`` command."""
+
+from tether.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,30 @@
+"""Small helpers shared by every layer; imports nothing from tether."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn, TypeVar
+
+T = TypeVar("T")
+
+
+class NoPublicConstructor(type):
+    """Metaclass for endpoints that only a factory may create (``channel()``, ``oneshot()``...).
+
+    ``Cls(...)`` raises ``TypeError``; the implementation calls ``Cls._create(...)``.
+    """
+
+    def __call__(cls, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError(f"{cls.__module__}.{cls.__qualname__} has no public constructor")
+
+    def _create(cls: type[T], *args: Any, **kwargs: Any) -> T:
+        return super().__call__(*args, **kwargs)  # type: ignore[misc,no-any-return]
+
+
+def caller_site(depth: int) -> tuple[str, int]:
+    """The ``(filename, line)`` of the frame ``depth`` levels above the caller of this function.
+
+    One frame lookup, no traceback: cheap enough to run on every handle creation.
+    """
+    frame = sys._getframe(depth + 1)
+    return frame.f_code.co_filename, frame.f_lineno

@@ -1,0 +1,41 @@
+"""Typed mpsc, oneshot and watch channels whose senders are reference-counted.
+
+Dropping the last strong sender closes the channel, so a receiver loop ends instead of waiting
+forever, and ``holders()`` says who keeps a channel open when it does not.
+"""
+
+from ._errors import ChannelClosed as ChannelClosed
+from ._errors import SendError as SendError
+from ._handles import Holder as Holder
+from ._mpsc import ChannelStatistics as ChannelStatistics
+from ._mpsc import Receiver as Receiver
+from ._mpsc import Sender as Sender
+from ._mpsc import WeakSender as WeakSender
+from ._mpsc import channel as channel
+from ._oneshot import OneshotReceiver as OneshotReceiver
+from ._oneshot import OneshotSender as OneshotSender
+from ._oneshot import oneshot as oneshot
+from ._watch import WatchReceiver as WatchReceiver
+from ._watch import WatchSender as WatchSender
+from ._watch import watch as watch
+
+__all__ = [
+    "ChannelClosed",
+    "ChannelStatistics",
+    "Holder",
+    "OneshotReceiver",
+    "OneshotSender",
+    "Receiver",
+    "SendError",
+    "Sender",
+    "WatchReceiver",
+    "WatchSender",
+    "WeakSender",
+    "channel",
+    "oneshot",
+    "watch",
+]
+
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

@@ -1,0 +1,567 @@
+"""The multi-producer, single-consumer channel: ``channel(T, capacity, name)``.
+
+Built on ``trio.lowlevel`` (parking, rescheduling, checkpoints) with the same fast paths as
+``trio.open_memory_channel``; what tether adds is the ownership model. Senders are counted
+references (``clone``, ``downgrade``, ``move``, drop), the receiver closing keeps what is
+buffered, and ``holders()`` names whoever keeps the channel open. ADR 0002 says why this is not
+a wrapper around trio's memory channel.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections import OrderedDict, deque
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar, final, overload
+
+import attrs
+import trio
+from outcome import Error, Value
+from trio.lowlevel import (
+    Abort,
+    Task,
+    cancel_shielded_checkpoint,
+    checkpoint_if_cancelled,
+    current_task,
+    current_trio_token,
+    enable_ki_protection,
+    reschedule,
+    wait_task_rescheduled,
+)
+
+from .._util import NoPublicConstructor
+from ._errors import ChannelClosed, SendError
+from ._handles import Holder, SharedState, StrongHandle, park, wake_all
+from ._typecheck import ClassSpec, describe, isinstance_spec
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class ChannelStatistics:
+    """A snapshot of one channel, from ``Receiver.statistics()``."""
+
+    name: str | None
+    """The name given to ``channel()``."""
+    capacity: float
+    """How many items the buffer holds before ``send`` waits (``math.inf``: unbounded)."""
+    buffered: int
+    """Items sent and not yet received."""
+    strong_count: int
+    """Live strong senders; the send half is closed when this reaches 0."""
+    weak_count: int
+    """Live weak senders; they never keep the channel open."""
+    receiver_closed: bool
+    """Whether the receiver was closed or dropped."""
+    tasks_waiting_send: int
+    """Tasks parked in ``send`` because the buffer is full."""
+    tasks_waiting_recv: int
+    """Tasks parked in ``recv`` / ``recv_many`` because the buffer is empty."""
+
+
+@attrs.define(slots=True, eq=False, repr=False)
+class _Chan(SharedState, Generic[T]):
+    """The state that every endpoint of one channel shares."""
+
+    capacity: float = 0
+    types: ClassSpec | None = None
+    buffer: deque[T] = attrs.field(factory=deque)
+    send_tasks: OrderedDict[Task, tuple[T, Sender[T]]] = attrs.field(factory=OrderedDict)
+    recv_tasks: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
+    closed_waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
+    rx_closed: bool = False
+    weak: weakref.WeakSet[WeakSender[T]] = attrs.field(factory=weakref.WeakSet)
+
+    def _last_sender_gone(self) -> None:
+        # A task parks in recv only while the buffer is empty, so nothing more can come.
+        wake_all(self.recv_tasks, self.closed_error)
+
+    def closed_error(self) -> ChannelClosed:
+        if self.rx_closed:
+            return ChannelClosed(f"channel {self.name or ''!r} was closed by its receiver")
+        return ChannelClosed(f"every sender of channel {self.name or ''!r} is closed")
+
+    def close_receiver(self, drop_buffer: bool) -> None:
+        """Refuse further sends; wake everyone waiting. Idempotent, never raises."""
+        if drop_buffer:
+            self.buffer.clear()
+        if self.rx_closed:
+            return
+        self.rx_closed = True
+        send_tasks = self.send_tasks
+        while send_tasks:
+            task, (value, _) = send_tasks.popitem(last=False)
+            reschedule(task, Error(SendError(value)))
+        wake_all(self.recv_tasks, self.closed_error)
+        wake_all(self.closed_waiters)
+
+    def take(self, limit: int) -> list[T]:
+        """Up to ``limit`` items in order: the buffer first, then parked senders' values."""
+        buffer = self.buffer
+        if len(buffer) <= limit:
+            out = list(buffer)
+            buffer.clear()
+        else:
+            out = [buffer.popleft() for _ in range(limit)]
+        send_tasks = self.send_tasks
+        while send_tasks and len(out) < limit:
+            task, (value, _) = send_tasks.popitem(last=False)
+            reschedule(task)
+            out.append(value)
+        while send_tasks and len(buffer) < self.capacity:
+            task, (value, _) = send_tasks.popitem(last=False)
+            reschedule(task)
+            buffer.append(value)
+        return out
+
+
+@overload
+def channel(
+    item_type: type[T],
+    capacity: float = 0,
+    name: str | None = None,
+    *,
+    check_types: bool = True,
+) -> tuple[Sender[T], Receiver[T]]: ...
+@overload
+def channel(
+    item_type: object,
+    capacity: float = 0,
+    name: str | None = None,
+    *,
+    check_types: bool = True,
+) -> tuple[Sender[Any], Receiver[Any]]: ...
+def channel(
+    item_type: object,
+    capacity: float = 0,
+    name: str | None = None,
+    *,
+    check_types: bool = True,
+) -> tuple[Sender[Any], Receiver[Any]]:
+    """Open a channel of ``item_type`` items; return its first sender and its receiver.
+
+    Args:
+        item_type: what ``send`` accepts: a class or a union of classes, checked with
+            ``isinstance`` on every send (``typing.Any`` accepts everything). For a union,
+            annotate the result, e.g. ``tx: Sender[int | str]``.
+        capacity: items buffered before ``send`` waits: 0 (a rendezvous, the default) or more,
+            ``math.inf`` for unbounded.
+        name: shown in ``repr``, errors, ``holders()`` and the deadlock report.
+        check_types: ``False`` skips the ``isinstance`` check.
+
+    Raises:
+        ValueError: ``capacity`` is negative or a non-integer other than ``math.inf``.
+        TypeError: ``item_type`` cannot be checked at run time and ``check_types`` is on.
+
+    Example::
+
+        tx, rx = tether.channel(int, capacity=16, name="numbers")
+        async with trio.open_nursery() as nursery:
+            async def produce(tx: tether.Sender[int]) -> None:
+                with tx:
+                    for i in range(3):
+                        await tx.send(i)
+            nursery.start_soon(produce, tx.move())
+            assert [i async for i in rx] == [0, 1, 2]
+    """
+    if capacity != math.inf and (capacity < 0 or capacity != int(capacity)):
+        raise ValueError(f"capacity must be an integer >= 0 or math.inf, not {capacity!r}")
+    types = isinstance_spec(item_type) if check_types else None
+    chan: _Chan[Any] = _Chan(name, capacity=capacity, types=types)
+    return Sender._create(chan, None, 2), Receiver._create(chan)
+
+
+@final
+class Sender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
+    """The send half of a ``channel()``: a counted reference that keeps the channel open.
+
+    Created by ``channel()``, ``clone()``, ``move()`` and ``WeakSender.upgrade()``. Close it
+    (``close()``, ``with``, ``async with``) when done; one dropped while open is closed by its
+    finalizer with a ``ResourceWarning`` naming where it was created.
+    """
+
+    __slots__ = ("_chan",)
+
+    def __init__(self, chan: _Chan[T], name: str | None, depth: int) -> None:
+        self._chan = chan
+        self._register(chan, name, depth + 1)
+
+    def __repr__(self) -> str:
+        state = "open" if self._key is not None else "moved" if self._moved_at else "closed"
+        return f"<tether.Sender {self._chan.name or ''!r} {state} strong={len(self._chan.live)}>"
+
+    @enable_ki_protection
+    async def send(self, value: T) -> None:
+        """Send ``value``, waiting while the buffer is full.
+
+        Raises:
+            SendError: the receiver is closed; the value is in ``.value``.
+            TypeError: ``value`` is not an instance of the channel's element type.
+            trio.ClosedResourceError: this handle was closed.
+            RuntimeError: this handle was moved.
+
+        Cancel safety: if cancelled, the value was not sent.
+        """
+        chan = self._chan
+        if self._key is None:
+            self._unusable()
+        types = chan.types
+        if types is not None and not isinstance(value, types):
+            raise _wrong_type(value, types)
+        await checkpoint_if_cancelled()
+        if chan.rx_closed:
+            raise SendError(value)
+        recv_tasks = chan.recv_tasks
+        if recv_tasks:
+            task, _ = recv_tasks.popitem(last=False)
+            reschedule(task, Value(value))
+        elif len(chan.buffer) < chan.capacity:
+            chan.buffer.append(value)
+        else:
+            task = current_task()
+            send_tasks = chan.send_tasks
+            send_tasks[task] = (value, self)
+            task.custom_sleep_data = chan
+            chan.token = current_trio_token()
+
+            def abort(_: object) -> Abort:
+                del send_tasks[task]
+                return Abort.SUCCEEDED
+
+            await wait_task_rescheduled(abort)
+            return
+        await cancel_shielded_checkpoint()
+
+    @enable_ki_protection
+    def try_send(self, value: T) -> None:
+        """Send ``value`` now or not at all; not a checkpoint.
+
+        Raises:
+            trio.WouldBlock: the buffer is full.
+            SendError: the receiver is closed; the value is in ``.value``.
+            TypeError, trio.ClosedResourceError, RuntimeError: as for ``send``.
+        """
+        chan = self._chan
+        if self._key is None:
+            self._unusable()
+        types = chan.types
+        if types is not None and not isinstance(value, types):
+            raise _wrong_type(value, types)
+        if chan.rx_closed:
+            raise SendError(value)
+        recv_tasks = chan.recv_tasks
+        if recv_tasks:
+            task, _ = recv_tasks.popitem(last=False)
+            reschedule(task, Value(value))
+        elif len(chan.buffer) < chan.capacity:
+            chan.buffer.append(value)
+        else:
+            raise trio.WouldBlock
+
+    def clone(self, *, name: str | None = None) -> Sender[T]:
+        """One more strong sender; the channel stays open until it is closed too."""
+        if self._key is None:
+            self._unusable()
+        return Sender._create(self._chan, name, 2)
+
+    def move(self) -> Sender[T]:
+        """Hand this reference to a new handle and kill this one.
+
+        Use it where the handle changes owner (``nursery.start_soon(loop, tx.move())``), so no
+        stray clone stays behind to keep the channel open. Any later use of this handle raises
+        ``RuntimeError`` naming where it was moved; ``close()`` on it is a no-op.
+        """
+        if self._key is None:
+            self._unusable()
+        record = self._chan.live[self._key]
+        moved: Sender[T] = Sender._create(self._chan, record[0], 2)
+        self._chan.release(self._take_key(1))
+        return moved
+
+    def downgrade(self) -> WeakSender[T]:
+        """A ``WeakSender``: sends only through ``upgrade()``; never keeps the channel open."""
+        if self._key is None:
+            self._unusable()
+        return WeakSender[T]._create(self._chan)
+
+    @property
+    def strong_count(self) -> int:
+        """Live strong senders of this channel."""
+        return len(self._chan.live)
+
+    @property
+    def weak_count(self) -> int:
+        """Live weak senders of this channel."""
+        return len(self._chan.weak)
+
+    def is_closed(self) -> bool:
+        """Whether the receiver is closed or dropped (sends will fail)."""
+        return self._chan.rx_closed
+
+    @enable_ki_protection
+    async def closed(self) -> None:
+        """Wait until the receiver is closed or dropped.
+
+        Cancel safety: safe; nothing is consumed.
+        """
+        chan = self._chan
+        if chan.rx_closed:
+            await trio.lowlevel.checkpoint()
+        else:
+            await park(chan.closed_waiters, chan)
+
+    def _closing(self) -> None:
+        send_tasks = self._chan.send_tasks
+        mine = [task for task, (_, handle) in send_tasks.items() if handle is self]
+        for task in mine:
+            del send_tasks[task]
+            reschedule(task, Error(trio.ClosedResourceError("the sender was closed mid-send")))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def aclose(self) -> None:
+        """``close()``, then a checkpoint."""
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@final
+class WeakSender(Generic[T], metaclass=NoPublicConstructor):
+    """A sender that does not keep the channel open; ``upgrade()`` it to send.
+
+    An actor can hold a weak sender to itself without keeping its own mailbox open forever.
+    """
+
+    __slots__ = ("__weakref__", "_chan")
+
+    def __init__(self, chan: _Chan[T]) -> None:
+        self._chan = chan
+        chan.weak.add(self)
+
+    def __repr__(self) -> str:
+        chan = self._chan
+        return f"<tether.WeakSender {chan.name or ''!r} strong={len(chan.live)}>"
+
+    def upgrade(self) -> Sender[T] | None:
+        """A new strong sender, or ``None`` once every strong sender is gone."""
+        if not self._chan.live:
+            return None
+        return Sender[T]._create(self._chan, None, 2)
+
+    @property
+    def strong_count(self) -> int:
+        """Live strong senders of this channel."""
+        return len(self._chan.live)
+
+    @property
+    def weak_count(self) -> int:
+        """Live weak senders of this channel."""
+        return len(self._chan.weak)
+
+
+@final
+class Receiver(Generic[T], metaclass=NoPublicConstructor):
+    """The receive half of a ``channel()``; there is exactly one.
+
+    ``recv`` raises ``ChannelClosed`` once every strong sender is gone and the buffer is
+    drained; ``async for`` then ends. Dropping the receiver closes it and discards the buffer.
+    """
+
+    __slots__ = ("_chan",)
+
+    def __init__(self, chan: _Chan[T]) -> None:
+        self._chan = chan
+
+    def __repr__(self) -> str:
+        chan = self._chan
+        return (
+            f"<tether.Receiver {chan.name or ''!r} strong={len(chan.live)} weak={len(chan.weak)}"
+            f" buffered={len(chan.buffer)}/{chan.capacity}{' closed' if chan.rx_closed else ''}>"
+        )
+
+    @enable_ki_protection
+    async def recv(self) -> T:
+        """The next item, waiting for one if the buffer is empty.
+
+        Raises:
+            ChannelClosed: every strong sender is gone (or the receiver was closed) and nothing
+                is buffered.
+
+        Cancel safety: if cancelled, no item was taken.
+        """
+        chan = self._chan
+        await checkpoint_if_cancelled()
+        buffer = chan.buffer
+        send_tasks = chan.send_tasks
+        if send_tasks:
+            task, (value, _) = send_tasks.popitem(last=False)
+            reschedule(task)
+            buffer.append(value)
+        if buffer:
+            value = buffer.popleft()
+            await cancel_shielded_checkpoint()
+            return value
+        if chan.rx_closed or not chan.live:
+            raise chan.closed_error()
+        task = current_task()
+        recv_tasks = chan.recv_tasks
+        recv_tasks[task] = None
+        task.custom_sleep_data = chan
+        chan.token = current_trio_token()
+
+        def abort(_: object) -> Abort:
+            del recv_tasks[task]
+            return Abort.SUCCEEDED
+
+        return await wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+
+    @enable_ki_protection
+    def try_recv(self) -> T:
+        """The next item if one is ready; not a checkpoint.
+
+        Raises:
+            trio.WouldBlock: nothing is buffered and senders remain.
+            ChannelClosed: nothing is buffered and no sender remains (or the receiver closed).
+        """
+        chan = self._chan
+        buffer = chan.buffer
+        send_tasks = chan.send_tasks
+        if send_tasks:
+            task, (value, _) = send_tasks.popitem(last=False)
+            reschedule(task)
+            buffer.append(value)
+        if buffer:
+            return buffer.popleft()
+        if chan.rx_closed or not chan.live:
+            raise chan.closed_error()
+        raise trio.WouldBlock
+
+    @enable_ki_protection
+    async def recv_many(self, limit: int) -> list[T]:
+        """Every buffered item, up to ``limit``, after one checkpoint; waits for at least one.
+
+        Raises:
+            ValueError: ``limit`` < 1.
+            ChannelClosed: as for ``recv``.
+
+        Cancel safety: if cancelled, no item was taken.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit!r}")
+        chan = self._chan
+        await checkpoint_if_cancelled()
+        batch = chan.take(limit)
+        if batch:
+            await cancel_shielded_checkpoint()
+            return batch
+        first = await self.recv()
+        if limit == 1:
+            return [first]
+        batch = chan.take(limit - 1)
+        batch.insert(0, first)
+        return batch
+
+    @enable_ki_protection
+    def close(self) -> None:
+        """Refuse further sends; what is buffered stays receivable. Idempotent.
+
+        Tasks parked in ``send`` get ``SendError`` with their value back; ``Sender.closed()``
+        returns.
+        """
+        self._chan.close_receiver(drop_buffer=False)
+
+    async def aclose(self) -> None:
+        """``close()``, then a checkpoint."""
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+    def __del__(self) -> None:
+        chan = getattr(self, "_chan", None)
+        if chan is not None and (not chan.rx_closed or chan.buffer):
+            chan.call_soon(chan.close_receiver, True)
+
+    def holders(self) -> tuple[Holder, ...]:
+        """The live strong senders (oldest first): who keeps this channel open, and where."""
+        return self._chan.holders()
+
+    @property
+    def strong_count(self) -> int:
+        """Live strong senders of this channel."""
+        return len(self._chan.live)
+
+    @property
+    def weak_count(self) -> int:
+        """Live weak senders of this channel."""
+        return len(self._chan.weak)
+
+    def statistics(self) -> ChannelStatistics:
+        """A snapshot of the channel's counts."""
+        chan = self._chan
+        return ChannelStatistics(
+            name=chan.name,
+            capacity=chan.capacity,
+            buffered=len(chan.buffer),
+            strong_count=len(chan.live),
+            weak_count=len(chan.weak),
+            receiver_closed=chan.rx_closed,
+            tasks_waiting_send=len(chan.send_tasks),
+            tasks_waiting_recv=len(chan.recv_tasks),
+        )
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            return await self.recv()
+        except ChannelClosed:
+            raise StopAsyncIteration from None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _wrong_type(value: object, types: ClassSpec) -> TypeError:
+    return TypeError(
+        f"this channel carries {describe(types)}, not {type(value).__qualname__}: {value!r:.80}"
+    )

@@ -1,0 +1,231 @@
+"""The one-value channel: ``oneshot(T)``, for a reply that comes once or never.
+
+The sender is a strong handle like ``Sender``: dropped unsent, it wakes the receiver with
+``ChannelClosed`` instead of leaving it waiting forever.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Generator
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar, final, overload
+
+import attrs
+import trio
+from outcome import Value
+from trio.lowlevel import (
+    Task,
+    cancel_shielded_checkpoint,
+    checkpoint_if_cancelled,
+    enable_ki_protection,
+    reschedule,
+)
+
+from .._util import NoPublicConstructor
+from ._errors import ChannelClosed, SendError
+from ._handles import Holder, SharedState, StrongHandle, park, wake_all
+from ._typecheck import ClassSpec, describe, isinstance_spec
+
+T = TypeVar("T")
+
+_PENDING, _SENT, _TAKEN = range(3)
+
+
+@attrs.define(slots=True, eq=False, repr=False)
+class _Oneshot(SharedState, Generic[T]):
+    types: ClassSpec | None = None
+    stage: int = _PENDING
+    value: T | None = None
+    rx_closed: bool = False
+    recv_tasks: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
+    closed_waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
+
+    def _last_sender_gone(self) -> None:
+        if self.stage == _PENDING:
+            wake_all(self.recv_tasks, self.unsent_error)
+
+    def unsent_error(self) -> ChannelClosed:
+        return ChannelClosed(f"oneshot {self.name or ''!r}: the sender was dropped unsent")
+
+    def close_receiver(self) -> None:
+        if not self.rx_closed:
+            self.rx_closed = True
+            wake_all(self.recv_tasks, self.unsent_error)
+            wake_all(self.closed_waiters)
+
+
+@overload
+def oneshot(
+    item_type: type[T], *, name: str | None = None, check_types: bool = True
+) -> tuple[OneshotSender[T], OneshotReceiver[T]]: ...
+@overload
+def oneshot(
+    item_type: object, *, name: str | None = None, check_types: bool = True
+) -> tuple[OneshotSender[Any], OneshotReceiver[Any]]: ...
+def oneshot(
+    item_type: object, *, name: str | None = None, check_types: bool = True
+) -> tuple[OneshotSender[Any], OneshotReceiver[Any]]:
+    """Open a channel for exactly one ``item_type`` value.
+
+    ``tx.send(v)`` is synchronous and allowed once; ``await rx`` returns ``v``, or raises
+    ``ChannelClosed`` if the sender was closed or dropped unsent. ``item_type`` and
+    ``check_types`` work as for ``channel()``.
+
+    Example::
+
+        reply_tx, reply_rx = tether.oneshot(int)
+        reply_tx.send(42)
+        assert await reply_rx == 42
+    """
+    types = isinstance_spec(item_type) if check_types else None
+    state: _Oneshot[Any] = _Oneshot(name, types=types)
+    return OneshotSender._create(state, 2), OneshotReceiver._create(state)
+
+
+@final
+class OneshotSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
+    """The send half of a ``oneshot()``: sends once, or closes and wakes the receiver."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: _Oneshot[T], depth: int) -> None:
+        self._state = state
+        self._register(state, None, depth + 1)
+
+    def __repr__(self) -> str:
+        stages = ("pending", "sent", "received")
+        return f"<tether.OneshotSender {self._state.name or ''!r} {stages[self._state.stage]}>"
+
+    @enable_ki_protection
+    def send(self, value: T) -> None:
+        """Deliver ``value``; not a checkpoint. The handle is spent afterwards.
+
+        Raises:
+            SendError: the receiver is closed or dropped; the value is in ``.value``.
+            TypeError: ``value`` is not of the channel's element type.
+            RuntimeError: this oneshot already sent.
+            trio.ClosedResourceError: this handle was closed.
+        """
+        state = self._state
+        if state.stage != _PENDING:
+            raise RuntimeError(f"oneshot {state.name or ''!r} already sent its value")
+        if self._key is None:
+            self._unusable()
+        if state.types is not None and not isinstance(value, state.types):
+            raise TypeError(
+                f"this oneshot carries {describe(state.types)}, not {type(value).__qualname__}"
+            )
+        if state.rx_closed:
+            raise SendError(value)
+        state.value = value
+        state.stage = _SENT
+        if state.recv_tasks:
+            task, _ = state.recv_tasks.popitem(last=False)
+            state.stage = _TAKEN
+            state.value = None
+            reschedule(task, Value(value))
+        self.close()
+
+    def is_closed(self) -> bool:
+        """Whether the receiver is closed or dropped."""
+        return self._state.rx_closed
+
+    @enable_ki_protection
+    async def closed(self) -> None:
+        """Wait until the receiver is closed or dropped. Cancel safety: safe."""
+        state = self._state
+        if state.rx_closed:
+            await trio.lowlevel.checkpoint()
+        else:
+            await park(state.closed_waiters, state)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@final
+class OneshotReceiver(Generic[T], metaclass=NoPublicConstructor):
+    """The receive half of a ``oneshot()``: ``await rx`` gives the value once."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: _Oneshot[T]) -> None:
+        self._state = state
+
+    def __repr__(self) -> str:
+        state = self._state
+        return f"<tether.OneshotReceiver {state.name or ''!r} senders={len(state.live)}>"
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.recv().__await__()
+
+    @enable_ki_protection
+    async def recv(self) -> T:
+        """The value, waiting for it if it is not sent yet.
+
+        Raises:
+            ChannelClosed: the sender was closed or dropped unsent, or this receiver was closed
+                before a value came.
+            RuntimeError: the value was already received.
+
+        Cancel safety: if cancelled, the value (if any) stays receivable.
+        """
+        await checkpoint_if_cancelled()
+        state = self._state
+        if state.stage == _SENT:
+            value: T = state.value  # type: ignore[assignment]
+            state.value = None
+            state.stage = _TAKEN
+            await cancel_shielded_checkpoint()
+            return value
+        self._check_pending()
+        if state.recv_tasks:
+            raise RuntimeError(f"another task is already awaiting oneshot {state.name or ''!r}")
+        return await park(state.recv_tasks, state)  # type: ignore[no-any-return]
+
+    @enable_ki_protection
+    def try_recv(self) -> T:
+        """The value if it was sent; not a checkpoint.
+
+        Raises:
+            trio.WouldBlock: not sent yet.
+            ChannelClosed, RuntimeError: as for ``recv``.
+        """
+        state = self._state
+        if state.stage == _SENT:
+            value: T = state.value  # type: ignore[assignment]
+            state.value = None
+            state.stage = _TAKEN
+            return value
+        self._check_pending()
+        raise trio.WouldBlock
+
+    def _check_pending(self) -> None:
+        state = self._state
+        if state.stage == _TAKEN:
+            raise RuntimeError(f"oneshot {state.name or ''!r}: the value was already received")
+        if state.rx_closed or not state.live:
+            raise state.unsent_error()
+
+    @enable_ki_protection
+    def close(self) -> None:
+        """Refuse the value from now on; one already sent stays receivable. Idempotent."""
+        self._state.close_receiver()
+
+    def __del__(self) -> None:
+        state = getattr(self, "_state", None)
+        if state is not None and not state.rx_closed:
+            state.call_soon(state.close_receiver)
+
+    def holders(self) -> tuple[Holder, ...]:
+        """The sender, while it is live and unsent."""
+        return self._state.holders()

@@ -1,0 +1,27 @@
+"""The ``tether`` command: ``tether demo`` today; ``run``, ``agentd``, ``ps`` and ``transcript``
+arrive with the layers they drive."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from ._demo import demo
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tether`` console script; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="tether", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("demo", help="walk through what tether guarantees, on real objects")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return trio.run(demo, sys.stdout)
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
