@@ -165,7 +165,7 @@ def channel(
             nursery.start_soon(produce, tx.move())
             assert [i async for i in rx] == [0, 1, 2]
     """
-    if capacity != math.inf and (capacity < 0 or capacity != int(capacity)):
+    if not (capacity == math.inf or (capacity >= 0 and float(capacity).is_integer())):
         raise ValueError(f"capacity must be an integer >= 0 or math.inf, not {capacity!r}")
     types = isinstance_spec(item_type) if check_types else None
     chan: _Chan[Any] = _Chan(name, capacity=capacity, types=types)
