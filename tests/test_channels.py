@@ -663,3 +663,11 @@ def _line_of(text: str) -> int:
             if text in line and "_line_of(" not in line:
                 return number
     raise AssertionError(f"{text!r} is not in {__file__}")
+
+
+async def test_unnamed_channels_read_well_in_messages_and_reprs() -> None:
+    tx, rx = tether.channel(int, 1)
+    assert repr(rx) == "<tether.Receiver strong=1 weak=0 buffered=0/1>"
+    tx.close()
+    with pytest.raises(ChannelClosed, match="^every sender of an unnamed channel is closed$"):
+        await rx.recv()

@@ -17,7 +17,8 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, NoReturn
+from types import TracebackType
+from typing import Any, ClassVar, NoReturn, Self
 
 import attrs
 import trio
@@ -67,6 +68,17 @@ class SharedState:
     token: trio.lowlevel.TrioToken | None = attrs.field(factory=current_token)
     """The trio run that last parked a task on this channel: where finalizers send releases."""
     _next_key: int = 0
+    kind: ClassVar[str] = "channel"
+
+    @property
+    def label(self) -> str:
+        """How messages name this channel: ``channel 'cmd'`` or ``an unnamed channel``."""
+        return f"{self.kind} {self.name!r}" if self.name else f"an unnamed {self.kind}"
+
+    @property
+    def tag(self) -> str:
+        """How reprs name this channel: `` 'cmd'`` or nothing."""
+        return f" {self.name!r}" if self.name else ""
 
     def acquire(self, name: str | None, depth: int) -> int:
         """Register a new strong sender created ``depth`` frames above the caller; its key."""
@@ -113,7 +125,43 @@ class SharedState:
         fn(*args)
 
 
-class StrongHandle:
+class Closeable:
+    """``with``, ``async with`` and ``aclose()`` for an endpoint with a synchronous ``close()``."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def aclose(self) -> None:
+        """``close()``, then a checkpoint."""
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+
+class StrongHandle(Closeable):
     """Base of every sender that keeps its channel open: close, move and the drop finalizer."""
 
     __slots__ = ("_key", "_moved_at", "_shared")

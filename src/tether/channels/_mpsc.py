@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import weakref
 from collections import OrderedDict, deque
-from types import TracebackType
 from typing import Any, Generic, Self, TypeVar, final, overload
 
 import attrs
@@ -32,7 +31,7 @@ from trio.lowlevel import (
 
 from .._util import NoPublicConstructor
 from ._errors import ChannelClosed, SendError
-from ._handles import Holder, SharedState, StrongHandle, park, wake_all
+from ._handles import Closeable, Holder, SharedState, StrongHandle, park, wake_all
 from ._typecheck import ClassSpec, describe, isinstance_spec
 
 T = TypeVar("T")
@@ -79,8 +78,8 @@ class _Chan(SharedState, Generic[T]):
 
     def closed_error(self) -> ChannelClosed:
         if self.rx_closed:
-            return ChannelClosed(f"channel {self.name or ''!r} was closed by its receiver")
-        return ChannelClosed(f"every sender of channel {self.name or ''!r} is closed")
+            return ChannelClosed(f"{self.label} was closed by its receiver")
+        return ChannelClosed(f"every sender of {self.label} is closed")
 
     def close_receiver(self, drop_buffer: bool) -> None:
         """Refuse further sends; wake everyone waiting. Idempotent, never raises."""
@@ -189,7 +188,7 @@ class Sender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
 
     def __repr__(self) -> str:
         state = "open" if self._key is not None else "moved" if self._moved_at else "closed"
-        return f"<tether.Sender {self._chan.name or ''!r} {state} strong={len(self._chan.live)}>"
+        return f"<tether.Sender{self._chan.tag} {state} strong={len(self._chan.live)}>"
 
     @enable_ki_protection
     async def send(self, value: T) -> None:
@@ -318,33 +317,6 @@ class Sender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
             del send_tasks[task]
             reschedule(task, Error(trio.ClosedResourceError("the sender was closed mid-send")))
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def aclose(self) -> None:
-        """``close()``, then a checkpoint."""
-        self.close()
-        await trio.lowlevel.checkpoint()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 @final
 class WeakSender(Generic[T], metaclass=NoPublicConstructor):
@@ -361,7 +333,7 @@ class WeakSender(Generic[T], metaclass=NoPublicConstructor):
 
     def __repr__(self) -> str:
         chan = self._chan
-        return f"<tether.WeakSender {chan.name or ''!r} strong={len(chan.live)}>"
+        return f"<tether.WeakSender{chan.tag} strong={len(chan.live)}>"
 
     def upgrade(self) -> Sender[T] | None:
         """A new strong sender, or ``None`` once every strong sender is gone."""
@@ -381,7 +353,7 @@ class WeakSender(Generic[T], metaclass=NoPublicConstructor):
 
 
 @final
-class Receiver(Generic[T], metaclass=NoPublicConstructor):
+class Receiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
     """The receive half of a ``channel()``; there is exactly one.
 
     ``recv`` raises ``ChannelClosed`` once every strong sender is gone and the buffer is
@@ -396,7 +368,7 @@ class Receiver(Generic[T], metaclass=NoPublicConstructor):
     def __repr__(self) -> str:
         chan = self._chan
         return (
-            f"<tether.Receiver {chan.name or ''!r} strong={len(chan.live)} weak={len(chan.weak)}"
+            f"<tether.Receiver{chan.tag} strong={len(chan.live)} weak={len(chan.weak)}"
             f" buffered={len(chan.buffer)}/{chan.capacity}{' closed' if chan.rx_closed else ''}>"
         )
 
@@ -491,11 +463,6 @@ class Receiver(Generic[T], metaclass=NoPublicConstructor):
         """
         self._chan.close_receiver(drop_buffer=False)
 
-    async def aclose(self) -> None:
-        """``close()``, then a checkpoint."""
-        self.close()
-        await trio.lowlevel.checkpoint()
-
     def __del__(self) -> None:
         chan = getattr(self, "_chan", None)
         if chan is not None and (not chan.rx_closed or chan.buffer):
@@ -537,28 +504,6 @@ class Receiver(Generic[T], metaclass=NoPublicConstructor):
             return await self.recv()
         except ChannelClosed:
             raise StopAsyncIteration from None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _wrong_type(value: object, types: ClassSpec) -> TypeError:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Generator
-from types import TracebackType
-from typing import Any, Generic, Self, TypeVar, final, overload
+from typing import Any, ClassVar, Generic, TypeVar, final, overload
 
 import attrs
 import trio
@@ -24,7 +23,7 @@ from trio.lowlevel import (
 
 from .._util import NoPublicConstructor
 from ._errors import ChannelClosed, SendError
-from ._handles import Holder, SharedState, StrongHandle, park, wake_all
+from ._handles import Closeable, Holder, SharedState, StrongHandle, park, wake_all
 from ._typecheck import ClassSpec, describe, isinstance_spec
 
 T = TypeVar("T")
@@ -34,6 +33,7 @@ _PENDING, _SENT, _TAKEN = range(3)
 
 @attrs.define(slots=True, eq=False, repr=False)
 class _Oneshot(SharedState, Generic[T]):
+    kind: ClassVar[str] = "oneshot"
     types: ClassSpec | None = None
     stage: int = _PENDING
     value: T | None = None
@@ -46,7 +46,7 @@ class _Oneshot(SharedState, Generic[T]):
             wake_all(self.recv_tasks, self.unsent_error)
 
     def unsent_error(self) -> ChannelClosed:
-        return ChannelClosed(f"oneshot {self.name or ''!r}: the sender was dropped unsent")
+        return ChannelClosed(f"{self.label}: the sender was dropped unsent")
 
     def close_receiver(self) -> None:
         if not self.rx_closed:
@@ -95,7 +95,7 @@ class OneshotSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
 
     def __repr__(self) -> str:
         stages = ("pending", "sent", "received")
-        return f"<tether.OneshotSender {self._state.name or ''!r} {stages[self._state.stage]}>"
+        return f"<tether.OneshotSender{self._state.tag} {stages[self._state.stage]}>"
 
     @enable_ki_protection
     def send(self, value: T) -> None:
@@ -109,7 +109,7 @@ class OneshotSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
         """
         state = self._state
         if state.stage != _PENDING:
-            raise RuntimeError(f"oneshot {state.name or ''!r} already sent its value")
+            raise RuntimeError(f"{state.label} already sent its value")
         if self._key is None:
             self._unusable()
         if state.types is not None and not isinstance(value, state.types):
@@ -140,20 +140,9 @@ class OneshotSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
         else:
             await park(state.closed_waiters, state)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 @final
-class OneshotReceiver(Generic[T], metaclass=NoPublicConstructor):
+class OneshotReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
     """The receive half of a ``oneshot()``: ``await rx`` gives the value once."""
 
     __slots__ = ("_state",)
@@ -163,7 +152,7 @@ class OneshotReceiver(Generic[T], metaclass=NoPublicConstructor):
 
     def __repr__(self) -> str:
         state = self._state
-        return f"<tether.OneshotReceiver {state.name or ''!r} senders={len(state.live)}>"
+        return f"<tether.OneshotReceiver{state.tag} senders={len(state.live)}>"
 
     def __await__(self) -> Generator[Any, None, T]:
         return self.recv().__await__()
@@ -189,7 +178,7 @@ class OneshotReceiver(Generic[T], metaclass=NoPublicConstructor):
             return value
         self._check_pending()
         if state.recv_tasks:
-            raise RuntimeError(f"another task is already awaiting oneshot {state.name or ''!r}")
+            raise RuntimeError(f"another task is already awaiting {state.label}")
         return await park(state.recv_tasks, state)  # type: ignore[no-any-return]
 
     @enable_ki_protection
@@ -212,7 +201,7 @@ class OneshotReceiver(Generic[T], metaclass=NoPublicConstructor):
     def _check_pending(self) -> None:
         state = self._state
         if state.stage == _TAKEN:
-            raise RuntimeError(f"oneshot {state.name or ''!r}: the value was already received")
+            raise RuntimeError(f"{state.label}: the value was already received")
         if state.rx_closed or not state.live:
             raise state.unsent_error()
 

@@ -8,8 +8,7 @@ Receivers see the newest value, not every value. Senders are counted references 
 from __future__ import annotations
 
 from collections import OrderedDict
-from types import TracebackType
-from typing import Generic, Self, TypeVar, final
+from typing import ClassVar, Generic, TypeVar, final
 
 import attrs
 import trio
@@ -17,13 +16,14 @@ from trio.lowlevel import Task, cancel_shielded_checkpoint, checkpoint_if_cancel
 
 from .._util import NoPublicConstructor
 from ._errors import ChannelClosed, SendError
-from ._handles import Holder, SharedState, StrongHandle, park, wake_all
+from ._handles import Closeable, Holder, SharedState, StrongHandle, park, wake_all
 
 T = TypeVar("T")
 
 
 @attrs.define(slots=True, eq=False, repr=False)
 class _Watch(SharedState, Generic[T]):
+    kind: ClassVar[str] = "watch"
     value: T | None = None
     version: int = 0
     receivers: int = 1
@@ -68,7 +68,7 @@ class WatchSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
     def __repr__(self) -> str:
         state = self._state
         return (
-            f"<tether.WatchSender {state.name or ''!r} version={state.version}"
+            f"<tether.WatchSender{state.tag} version={state.version}"
             f" strong={len(state.live)} receivers={state.receivers}>"
         )
 
@@ -130,20 +130,9 @@ class WatchSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
         else:
             await park(state.closed_waiters, state)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 @final
-class WatchReceiver(Generic[T], metaclass=NoPublicConstructor):
+class WatchReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
     """A receive half of a ``watch()``: the current value and a wait for the next one."""
 
     __slots__ = ("_closed", "_seen", "_state")
@@ -156,7 +145,7 @@ class WatchReceiver(Generic[T], metaclass=NoPublicConstructor):
     def __repr__(self) -> str:
         state = self._state
         return (
-            f"<tether.WatchReceiver {state.name or ''!r} seen={self._seen}/{state.version}"
+            f"<tether.WatchReceiver{state.tag} seen={self._seen}/{state.version}"
             f" strong={len(state.live)}>"
         )
 
@@ -208,7 +197,7 @@ class WatchReceiver(Generic[T], metaclass=NoPublicConstructor):
         self._seen = state.version
 
     def _closed_error(self) -> ChannelClosed:
-        return ChannelClosed(f"every sender of watch {self._state.name or ''!r} is closed")
+        return ChannelClosed(f"every sender of {self._state.label} is closed")
 
     def clone(self) -> WatchReceiver[T]:
         """Another receiver that has seen what this one has seen."""
@@ -232,14 +221,3 @@ class WatchReceiver(Generic[T], metaclass=NoPublicConstructor):
     def holders(self) -> tuple[Holder, ...]:
         """The live strong senders (oldest first): who keeps this watch open, and where."""
         return self._state.holders()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
