@@ -669,5 +669,5 @@ async def test_unnamed_channels_read_well_in_messages_and_reprs() -> None:
     tx, rx = tether.channel(int, 1)
     assert repr(rx) == "<tether.Receiver strong=1 weak=0 buffered=0/1>"
     tx.close()
-    with pytest.raises(ChannelClosed, match="^every sender of an unnamed channel is closed$"):
+    with pytest.raises(ChannelClosed, match=r"^every sender of an unnamed channel is closed$"):
         await rx.recv()
