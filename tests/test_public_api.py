@@ -1,45 +1,103 @@
-"""tether re-exports exactly the public names of DESIGN.md that exist so far."""
+"""tether re-exports exactly the public names of DESIGN.md that exist so far, and the layers
+import only downwards."""
 
 from __future__ import annotations
 
+import ast
+from importlib.resources import files
+from pathlib import Path
+
 import tether
 import tether.channels
+import tether.process
+import tether.signals
 
-CHANNELS = {
-    "ChannelClosed",
-    "ChannelStatistics",
-    "Holder",
-    "OneshotReceiver",
-    "OneshotSender",
-    "Receiver",
-    "SendError",
-    "Sender",
-    "WatchReceiver",
-    "WatchSender",
-    "WeakSender",
-    "channel",
-    "oneshot",
-    "watch",
+PUBLIC = {
+    "tether.channels": {
+        "ChannelClosed",
+        "ChannelStatistics",
+        "Holder",
+        "OneshotReceiver",
+        "OneshotSender",
+        "Receiver",
+        "SendError",
+        "Sender",
+        "WatchReceiver",
+        "WatchSender",
+        "WeakSender",
+        "channel",
+        "oneshot",
+        "watch",
+    },
+    "tether.signals": {"SignalEvent"},
+    "tether.process": {"Child", "ChildGroup", "ProcessRef", "SpawnError", "find_twins"},
 }
+
+# DESIGN.md's layers, bottom first; a module may import only from layers before its own.
+LAYERS = [
+    "_util",
+    "channels",
+    "signals",
+    "process",
+    "epochs",
+    "journal",
+    "wire",
+    "liveness",
+    "jobs",
+    "harness",
+    "agentd",
+    "cli",
+    "testing",
+]
+SRC = Path(tether.__file__).parent
 
 
 def test_top_level_reexports_every_public_name() -> None:
-    assert set(tether.__all__) == CHANNELS
-    for name in tether.__all__:
-        assert getattr(tether, name) is getattr(tether.channels, name)
+    assert set(tether.__all__) == set().union(*PUBLIC.values())
+    for module_name, names in PUBLIC.items():
+        module = __import__(module_name, fromlist=["*"])
+        for name in names:
+            assert getattr(tether, name) is getattr(module, name)
+            assert getattr(module, name).__module__ == module_name, name
 
 
-def test_public_names_say_where_they_live() -> None:
-    for name in tether.channels.__all__:
-        assert getattr(tether.channels, name).__module__ == "tether.channels", name
+def test_subpackages_list_what_they_export() -> None:
+    assert set(tether.channels.__all__) == PUBLIC["tether.channels"]
+    assert set(tether.process.__all__) == PUBLIC["tether.process"]
+    assert set(tether.signals.__all__) == PUBLIC["tether.signals"] | {"receive"}
+
+
+def test_lower_layers_never_import_upper_ones() -> None:
+    for path in SRC.rglob("*.py"):
+        relative = path.relative_to(SRC)
+        layer = relative.parts[0].removesuffix(".py")
+        if layer == "__init__" or layer == "__main__":
+            continue
+        rank = LAYERS.index(layer)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                base = relative.parts[: len(relative.parts) - node.level]
+                target = (*base, *(node.module or "").split("."))
+                imported = target[0] if target and target[0] else (node.module or "")
+                if imported == layer or not imported:
+                    continue
+                assert LAYERS.index(imported) < rank, f"{relative} imports upper layer {imported}"
+            elif isinstance(node, ast.ImportFrom | ast.Import):
+                names = (
+                    [node.module]
+                    if isinstance(node, ast.ImportFrom)
+                    else [alias.name for alias in node.names]
+                )
+                for name in names:
+                    if name and name.startswith("tether."):
+                        upper = name.split(".")[1]
+                        assert LAYERS.index(upper) <= rank, f"{relative} imports {name}"
 
 
 def test_errors_are_one_family() -> None:
     assert issubclass(tether.SendError, tether.ChannelClosed)
-    assert issubclass(tether.ChannelClosed, Exception)
+    assert issubclass(tether.SpawnError, OSError)
 
 
 def test_the_package_is_typed() -> None:
-    from importlib.resources import files
-
     assert files("tether").joinpath("py.typed").is_file()

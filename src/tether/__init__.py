@@ -17,22 +17,34 @@ from .channels import WeakSender as WeakSender
 from .channels import channel as channel
 from .channels import oneshot as oneshot
 from .channels import watch as watch
+from .process import Child as Child
+from .process import ChildGroup as ChildGroup
+from .process import ProcessRef as ProcessRef
+from .process import SpawnError as SpawnError
+from .process import find_twins as find_twins
+from .signals import SignalEvent as SignalEvent
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "ChannelClosed",
     "ChannelStatistics",
+    "Child",
+    "ChildGroup",
     "Holder",
     "OneshotReceiver",
     "OneshotSender",
+    "ProcessRef",
     "Receiver",
     "SendError",
     "Sender",
+    "SignalEvent",
+    "SpawnError",
     "WatchReceiver",
     "WatchSender",
     "WeakSender",
     "channel",
+    "find_twins",
     "oneshot",
     "watch",
 ]

@@ -1,0 +1,94 @@
+"""Linux kernel interfaces the process layer needs: ``/proc/PID/stat``, pidfds, the subreaper.
+
+Each function says what it returns where the platform lacks the interface, so callers fall
+back to psutil (identity) or polling (exit) instead of failing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import logging
+import os
+import signal
+import sys
+
+import attrs
+
+logger = logging.getLogger("tether.process")
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@attrs.frozen
+class Stat:
+    """The fields of ``/proc/PID/stat`` tether reads."""
+
+    state: str
+    """One letter: ``R``, ``S``, ``D``, ``T``, ``Z`` (zombie)..."""
+    ppid: int
+    pgrp: int
+    session: int
+    start: int
+    """Start time in clock ticks after boot: with the pid, the process's identity."""
+
+
+def read_stat(pid: int) -> Stat | None:
+    """``/proc/PID/stat`` of ``pid``, or ``None`` if it does not exist (or not on Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ")".
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return Stat(
+        state=fields[0].decode(),
+        ppid=int(fields[1]),
+        pgrp=int(fields[2]),
+        session=int(fields[3]),
+        start=int(fields[19]),
+    )
+
+
+def pidfd_open(pid: int) -> int | None:
+    """A pidfd for ``pid``; ``None`` where the kernel or Python has none.
+
+    Raises:
+        ProcessLookupError: no process has that pid.
+    """
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError as exc:
+        if isinstance(exc, ProcessLookupError):
+            raise
+        return None  # ENOSYS and friends: an old kernel
+
+
+def pidfd_send_signal(pidfd: int, sig: int) -> None:
+    """Signal the process a pidfd refers to; it cannot be a newer process with the same pid."""
+    signal.pidfd_send_signal(pidfd, sig)
+
+
+@functools.cache
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (once); whether the platform allowed it.
+
+    Orphaned descendants (double forks, ``setsid``, ``nohup``) are then reparented here instead
+    of to init, so they can be found and reaped. Never ``PR_SET_PDEATHSIG``: it fires when the
+    parent *thread* exits, and trio's worker threads exit after 10 s idle.
+    """
+    if sys.platform != "linux":
+        logger.warning("no child subreaper on %s: escaped descendants go to init", sys.platform)
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        logger.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: %s", os.strerror(errno))
+        return False
+    logger.debug("pid %d is a child subreaper", os.getpid())
+    return True

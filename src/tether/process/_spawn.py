@@ -1,0 +1,84 @@
+"""Starting one child: a new session, a clean signal mask, default dispositions, marked env.
+
+``os.posix_spawn`` does this without a ``preexec_fn`` (unsafe once threads exist): ``setsid``
+gives the child its own session and process group, ``setsigmask=()`` clears a mask inherited
+from a harness that blocked SIGTERM to read it from a signalfd (a blocked mask survives fork and
+exec; subprocess and trio keep it), and ``setsigdef`` undoes ignored dispositions such as
+Python's SIGPIPE. posix_spawn has no ``chdir``, so a ``cwd`` goes through ``/bin/sh -c 'cd'``
+and ``exec``, after tether has checked both the directory and the program.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+from collections.abc import Mapping, Sequence
+
+_DEFAULT_DISPOSITIONS = frozenset(
+    s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)
+)
+_CHDIR_THEN_EXEC = 'cd -- "$0" && exec "$@"'
+
+
+class SpawnError(OSError):
+    """A child could not be started; ``program`` names what was to run, ``errno`` why.
+
+    Nothing was left running.
+    """
+
+    def __init__(self, program: str, code: int, detail: str | None = None) -> None:
+        super().__init__(code, f"cannot execute {program!r}: {detail or os.strerror(code)}")
+        self.program = program
+
+
+def resolve(program: str, env: Mapping[str, str], cwd: str | None) -> str:
+    """The path that will be executed for ``program``, as ``execvp`` would find it.
+
+    Raises:
+        SpawnError: not found, not a file, or not executable.
+    """
+    if "/" in program:
+        path = os.path.join(cwd, program) if cwd is not None else program
+        if not os.path.exists(path):
+            raise SpawnError(program, errno.ENOENT)
+        if os.path.isdir(path):
+            raise SpawnError(program, errno.EACCES, "is a directory")
+        if not os.access(path, os.X_OK):
+            raise SpawnError(program, errno.EACCES)
+        return os.path.abspath(path)
+    found = shutil.which(program, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise SpawnError(program, errno.ENOENT, "not found on PATH")
+    return found
+
+
+def spawn_process(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> int:
+    """Start ``argv`` in a new session with a clean signal state; its pid.
+
+    Raises:
+        SpawnError: the program or ``cwd`` is unusable, or the kernel refused to execute it.
+        ValueError: ``argv`` is empty.
+    """
+    if not argv:
+        raise ValueError("argv must name a program")
+    program = argv[0]
+    if cwd is not None and not os.path.isdir(cwd):
+        raise SpawnError(program, errno.ENOENT, f"working directory {cwd!r} does not exist")
+    path = resolve(program, env, cwd)
+    args = list(argv)
+    if cwd is not None:
+        args = ["/bin/sh", "-c", _CHDIR_THEN_EXEC, cwd, path, *argv[1:]]
+        path = "/bin/sh"
+    try:
+        return os.posix_spawn(
+            path,
+            args,
+            dict(env),
+            setsid=True,
+            setsigmask=(),
+            setsigdef=_DEFAULT_DISPOSITIONS,
+        )
+    except OSError as exc:
+        raise SpawnError(program, exc.errno or errno.EIO) from exc

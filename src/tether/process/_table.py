@@ -1,0 +1,86 @@
+"""A snapshot of the process table: who is whose child, and which processes carry a marker.
+
+One pass over ``/proc`` per snapshot (psutil's ``children(recursive=True)`` makes one per
+call), so a teardown of hundreds of processes stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import psutil
+
+from ._proc import Stat, read_stat
+from ._ref import ProcessRef
+
+SESSION_VAR = "TETHER_SESSION"
+EPOCH_VAR = "TETHER_EPOCH"
+
+
+def snapshot() -> dict[int, Stat]:
+    """The stat of every process visible now."""
+    stats: dict[int, Stat] = {}
+    for pid in psutil.pids():
+        stat = read_stat(pid)
+        if stat is None:
+            stat = _stat_from_psutil(pid)
+        if stat is not None:
+            stats[pid] = stat
+    return stats
+
+
+def _stat_from_psutil(pid: int) -> Stat | None:
+    try:
+        process = psutil.Process(pid)
+        zombie = process.status() == psutil.STATUS_ZOMBIE
+        return Stat("Z" if zombie else "R", process.ppid(), os.getpgid(pid), os.getsid(pid), 0)
+    except (psutil.Error, OSError):
+        return None
+
+
+def descendants(stats: dict[int, Stat], roots: Iterable[int]) -> set[int]:
+    """The pids below ``roots`` (not the roots themselves)."""
+    children: dict[int, list[int]] = {}
+    for pid, stat in stats.items():
+        children.setdefault(stat.ppid, []).append(pid)
+    found: set[int] = set()
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def marks(pid: int) -> tuple[str, str] | None:
+    """``(TETHER_SESSION, TETHER_EPOCH)`` from the environment ``pid`` started with, if set."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+        env = dict(
+            entry.decode(errors="replace").partition("=")[::2]
+            for entry in raw.split(b"\0")
+            if entry.startswith((b"TETHER_SESSION=", b"TETHER_EPOCH="))
+        )
+    except FileNotFoundError:
+        try:
+            env = psutil.Process(pid).environ()
+        except psutil.Error:
+            return None
+    except OSError:  # not ours to read, or gone
+        return None
+    session = env.get(SESSION_VAR)
+    return None if session is None else (session, env.get(EPOCH_VAR, ""))
+
+
+def refs(pids: Iterable[int]) -> set[ProcessRef]:
+    """Identity refs for the pids that still exist."""
+    found: set[ProcessRef] = set()
+    for pid in pids:
+        try:
+            found.add(ProcessRef.of(pid))
+        except ProcessLookupError:
+            continue
+    return found

@@ -1,0 +1,111 @@
+"""The escalation policy, as one named function: SIGINT, SIGTERM, SIGKILL, then reap.
+
+Each step goes to every process group we lead (after confirming a member by identity, since a
+bare ``killpg`` could hit a reused group id) and, one by one through their identity, to the
+processes that left those groups (``setsid``, double forks). After each step we wait up to the
+grace for all of them to be gone, reaping the zombies that are ours: our own children through
+their ``Child``, adopted orphans directly. The table is re-read before each step, so processes
+forked or orphaned meanwhile are caught too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable, Collection
+
+import trio
+
+from ._ref import ProcessRef
+from ._registry import SPAWNED
+from ._table import descendants, refs, snapshot
+
+logger = logging.getLogger("tether.process")
+
+KILL_WAIT = 1.0
+"""How long to wait for SIGKILLed processes to be gone and reaped."""
+
+
+async def stop_processes(
+    collect: Callable[[], set[ProcessRef]], groups: Collection[ProcessRef], grace: float
+) -> list[ProcessRef]:
+    """Stop every process ``collect()`` returns; the ones still there at the end (logged).
+
+    Bounded by ``2 * grace + KILL_WAIT`` plus the cost of reading the process table.
+    """
+    targets: set[ProcessRef] = set()
+    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT)):
+        targets |= collect()
+        if not targets:
+            return []
+        if sig == signal.SIGKILL:
+            for target in targets:
+                logger.warning("SIGKILL to %s after %.1fs of grace", target.describe(), 2 * grace)
+        _deliver(sig, targets, groups)
+        if sig == signal.SIGTERM:
+            _deliver(signal.SIGCONT, targets, groups)
+        with trio.move_on_after(wait):
+            await _wait_gone(targets)
+    survivors = sorted(targets | collect(), key=lambda ref: ref.pid)
+    for survivor in survivors:
+        logger.error("survived SIGKILL: %s state=%s", survivor.describe(), survivor.state())
+    return survivors
+
+
+def _deliver(sig: int, targets: set[ProcessRef], groups: Collection[ProcessRef]) -> None:
+    leaders = {leader.pid for leader in groups}
+    confirmed: set[int] = set()
+    loose: list[ProcessRef] = []
+    for target in targets:
+        stat = target.stat()
+        if stat is not None and stat.pgrp in leaders:
+            confirmed.add(stat.pgrp)
+        else:
+            loose.append(target)
+    for pgid in confirmed:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            continue
+    for target in loose:
+        target.send_signal(sig)
+
+
+async def _wait_gone(targets: set[ProcessRef]) -> None:
+    """Wait until no target exists, reaping ours; ``targets`` keeps the ones still there."""
+    delay = 0.001
+    while True:
+        pids = {target.pid for target in targets}
+        for target in list(targets):
+            state = target.state()
+            if state is None or (state == "Z" and _reap(target, pids)):
+                targets.discard(target)
+        if not targets:
+            return
+        await trio.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def _reap(zombie: ProcessRef, targets: set[int]) -> bool:
+    """Reap a zombie if it is ours; whether it is done with (reaped, or dead and not ours)."""
+    child = SPAWNED.get(zombie.pid)
+    if child is not None:
+        return child.poll() is not None
+    parent = zombie.ppid()
+    if parent != os.getpid():
+        # A parent we are stopping dies soon and the zombie is reparented to us; any other
+        # parent (a twin's supervisor) reaps it itself.
+        return parent not in targets
+    try:
+        pid, _ = os.waitpid(zombie.pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return pid != 0
+
+
+def tree_of(root: ProcessRef) -> set[ProcessRef]:
+    """``root`` and all its descendants that exist now."""
+    if root.state() is None:
+        return set()
+    return {root} | refs(descendants(snapshot(), [root.pid]))

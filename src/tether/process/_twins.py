@@ -1,0 +1,38 @@
+"""``find_twins``: live processes marked with a session but not owned by this epoch."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+from ._ref import ProcessRef
+from ._table import marks
+
+
+def find_twins(session: str, *, exclude_epoch: int | None = None) -> list[ProcessRef]:
+    """Processes whose environment marks ``session`` (``TETHER_SESSION``), except this epoch's.
+
+    A harness superseded by a newer epoch, and every child it started, still carry the old
+    epoch; a ``ChildGroup`` of the new epoch finds and replaces them. Processes this user may
+    not inspect are skipped, and so are zombies (they have no environment left).
+
+    Args:
+        session: the session id to look for.
+        exclude_epoch: leave out processes marked with this epoch (normally one's own).
+    """
+    me = os.getpid()
+    found: list[ProcessRef] = []
+    for pid in psutil.pids():
+        if pid == me:
+            continue
+        mark = marks(pid)
+        if mark is None or mark[0] != session:
+            continue
+        if exclude_epoch is not None and mark[1] == str(exclude_epoch):
+            continue
+        try:
+            found.append(ProcessRef.of(pid))
+        except ProcessLookupError:
+            continue
+    return found

@@ -1,0 +1,53 @@
+"""Small helpers for tests that use real processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable
+
+import psutil
+import trio
+
+
+def python(code: str, *args: str) -> list[str]:
+    """argv that runs ``code`` (dedented) in a fresh interpreter with ``args``."""
+    return [sys.executable, "-c", textwrap.dedent(code), *args]
+
+
+def unique_session() -> str:
+    """A session id no other test or process uses."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds (real time)."""
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.005)
+
+
+def marked(session: str) -> list[psutil.Process]:
+    """Every process on the machine whose environment carries ``TETHER_SESSION=session``."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("TETHER_SESSION") == session:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def zombie_children() -> list[psutil.Process]:
+    """Zombies whose parent is this process."""
+    return [p for p in psutil.Process(os.getpid()).children() if _status(p) == psutil.STATUS_ZOMBIE]
+
+
+def _status(process: psutil.Process) -> str | None:
+    try:
+        return str(process.status())
+    except psutil.Error:
+        return None

@@ -1,0 +1,303 @@
+"""tether.process on real processes: trees, escalation, identity, twins, spawn errors."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+import tether
+from helpers import marked, python, unique_session, wait_until, zombie_children
+from tether import ChildGroup, ProcessRef, SpawnError
+
+GRACE = 0.2
+
+TREE = """
+    import os, subprocess, sys, time
+    subprocess.Popen(["sleep", "1000"])                       # a plain child
+    subprocess.Popen(["setsid", "sleep", "1001"])             # a setsid grandchild
+    subprocess.Popen(["nohup", "sleep", "1002"],              # a nohup sleeper
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.Popen([sys.executable, "-c",                   # a level-2 child with its own
+        "import subprocess, time; subprocess.Popen(['sleep', '1004']); time.sleep(1000)"])
+    if os.fork() == 0:                                        # a double-forked daemon
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", "1003"])
+        os._exit(0)
+    os.wait()
+    open(sys.argv[1], "w").write("ready")
+    time.sleep(1000)
+"""
+
+
+def _count_sleepers(session: str) -> int:
+    return sum(1 for p in marked(session) if p.name() == "sleep")
+
+
+async def test_a_whole_tree_leaves_no_survivor_and_no_zombie(tmp_path: Path) -> None:
+    session = unique_session()
+    ready = tmp_path / "ready"
+    async with ChildGroup(session, 1, grace=GRACE) as group:
+        child = await group.spawn(python(TREE, str(ready)), name="tree")
+        await wait_until(lambda: ready.exists() and _count_sleepers(session) == 5)
+        assert len(group.members()) == 7  # the child, 5 sleepers, the level-2 python
+    assert child.returncode is not None
+    assert marked(session) == [], "a process carrying the session marker survived"
+    assert zombie_children() == []
+
+
+async def test_sigint_comes_first_and_a_handler_exits_cleanly(tmp_path: Path) -> None:
+    said = tmp_path / "said"
+    code = """
+        import signal, sys, time
+        def bye(*_):
+            open(sys.argv[1], "w").write("got SIGINT")
+            sys.exit(0)
+        signal.signal(signal.SIGINT, bye)
+        open(sys.argv[1] + ".ready", "w").close()
+        time.sleep(1000)
+    """
+    async with ChildGroup(unique_session(), 1, grace=5.0) as group:
+        child = await group.spawn(python(code, str(said)))
+        await wait_until(Path(f"{said}.ready").exists)
+        started = time.monotonic()
+    assert time.monotonic() - started < 5.0, "the child waited for SIGTERM"
+    assert said.read_text() == "got SIGINT"
+    assert child.returncode == 0
+
+
+async def test_a_child_ignoring_sigint_and_sigterm_is_killed_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    ready = tmp_path / "ready"
+    code = """
+        import signal, sys, time
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open(sys.argv[1], "w").close()
+        time.sleep(1000)
+    """
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        child = await group.spawn(python(code, str(ready)))
+        await wait_until(ready.exists)
+        started = time.monotonic()
+    elapsed = time.monotonic() - started
+    assert child.returncode == -signal.SIGKILL
+    assert 2 * GRACE <= elapsed <= 2 * GRACE + 1.0
+
+
+async def test_a_stopped_child_gets_sigcont_with_sigterm(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    code = """
+        import signal, sys, time
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        open(sys.argv[1], "w").close()
+        time.sleep(1000)
+    """
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        child = await group.spawn(python(code, str(ready)))
+        await wait_until(ready.exists)
+        os.kill(child.pid, signal.SIGSTOP)
+        await wait_until(lambda: child.ref.state() == "T")
+    assert child.returncode == -signal.SIGTERM
+
+
+async def test_cancelling_the_owner_leaves_no_survivor(tmp_path: Path) -> None:
+    session = unique_session()
+    ready = tmp_path / "ready"
+    with trio.CancelScope() as scope:
+        async with ChildGroup(session, 1, grace=GRACE) as group:
+            await group.spawn(python(TREE, str(ready)))
+            await wait_until(lambda: ready.exists() and _count_sleepers(session) == 5)
+            scope.cancel()
+            await trio.sleep_forever()
+    assert scope.cancelled_caught
+    assert marked(session) == []
+    assert zombie_children() == []
+
+
+async def test_an_error_in_the_owner_leaves_no_survivor(tmp_path: Path) -> None:
+    session = unique_session()
+    ready = tmp_path / "ready"
+
+    async def owner() -> None:
+        async with ChildGroup(session, 1, grace=GRACE) as group:
+            await group.spawn(python(TREE, str(ready)))
+            await wait_until(lambda: ready.exists() and _count_sleepers(session) == 5)
+            _ = 1 / 0
+
+    with pytest.raises(ZeroDivisionError):
+        await owner()
+    assert marked(session) == []
+    assert zombie_children() == []
+
+
+async def test_children_carry_the_session_and_epoch_and_a_clean_signal_state(
+    tmp_path: Path,
+) -> None:
+    # Not a Python child: Python ignores SIGPIPE itself at start-up.
+    script = 'echo "$TETHER_SESSION $TETHER_EPOCH $(pwd)" > env; exec cat /proc/self/status > st'
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    try:
+        async with ChildGroup("mark-s", 42, grace=GRACE) as group:
+            child = await group.spawn(["sh", "-c", script], cwd=tmp_path)
+            assert await child.wait() == 0
+            sleeper = await group.spawn(["sleep", "1000"])
+            stat = sleeper.ref.stat()
+            assert stat is not None
+            assert (stat.session, stat.pgrp) == (sleeper.pid, sleeper.pid)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    assert (tmp_path / "env").read_text().split() == ["mark-s", "42", str(tmp_path)]
+    status = (tmp_path / "st").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    assert int(fields["SigBlk"], 16) == 0, "the child inherited a blocked signal mask"
+    assert int(fields["SigIgn"], 16) & (1 << (signal.SIGPIPE - 1)) == 0, "SIGPIPE is ignored"
+
+
+async def test_a_child_that_must_die_on_sigterm_does_even_if_the_parent_blocks_it(
+    tmp_path: Path,
+) -> None:
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+    try:
+        async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+            child = await group.spawn(["sleep", "1000"])
+            assert child.send_signal(signal.SIGTERM)
+            with trio.fail_after(5):
+                assert await child.wait() == -signal.SIGTERM
+            # The pitfall, shown: subprocess keeps the mask, so its child ignores SIGTERM.
+            inherited = subprocess.Popen(["sleep", "1000"])
+            try:
+                status = Path(f"/proc/{inherited.pid}/status").read_text()
+                sigblk = int(status.split("SigBlk:")[1].split()[0], 16)
+                assert sigblk & (1 << (signal.SIGTERM - 1))
+            finally:
+                inherited.kill()
+                inherited.wait()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+async def test_child_stop_wait_and_concurrent_waiters() -> None:
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        child = await group.spawn(["sleep", "1000"])
+        codes: list[int] = []
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+
+                async def waiter() -> None:
+                    codes.append(await child.wait())
+
+                nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            assert await child.stop() == -signal.SIGINT
+        assert codes == [-signal.SIGINT] * 3
+        assert child.poll() == -signal.SIGINT
+        assert not child.send_signal(signal.SIGTERM)
+        assert "exited -2" in repr(child)
+
+
+async def test_cancelled_wait_leaves_the_child_waitable() -> None:
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        child = await group.spawn(["sleep", "1000"])
+        with trio.move_on_after(0.05):
+            await child.wait()
+        assert child.returncode is None
+        child.send_signal(signal.SIGKILL)
+        with trio.fail_after(5):
+            assert await child.wait() == -signal.SIGKILL
+
+
+def test_a_reused_pid_is_never_signalled() -> None:
+    victim = subprocess.Popen(["sleep", "1000"])
+    try:
+        real = ProcessRef.of(victim.pid)
+        for stale in (
+            ProcessRef(victim.pid, real.create_time - 100.0),  # psutil's identity
+            ProcessRef(victim.pid, real.create_time - 100.0, 1),  # /proc start ticks
+        ):
+            assert stale.state() is None
+            assert not stale.is_alive()
+            assert stale.send_signal(signal.SIGKILL) is False
+        assert victim.poll() is None, "a stale ref signalled the process that reused its pid"
+        assert real.send_signal(signal.SIGKILL)
+        assert victim.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+async def test_twins_get_sigint_and_are_gone_before_the_new_child_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = unique_session()
+    said = tmp_path / "said"
+    code = """
+        import signal, sys, time
+        def bye(*_):
+            open(sys.argv[1], "w").write("twin got SIGINT")
+            sys.exit(0)
+        signal.signal(signal.SIGINT, bye)
+        open(sys.argv[1] + ".ready", "w").close()
+        time.sleep(1000)
+    """
+    env = dict(os.environ, TETHER_SESSION=session, TETHER_EPOCH="6")
+    twin = subprocess.Popen(python(code, str(said)), env=env)
+    try:
+        await wait_until(Path(f"{said}.ready").exists)
+        assert [ref.pid for ref in tether.find_twins(session, exclude_epoch=7)] == [twin.pid]
+        assert tether.find_twins(session, exclude_epoch=6) == []
+        caplog.set_level(logging.INFO, logger="tether.process")
+        async with ChildGroup(session, 7, grace=GRACE) as group:
+            await group.spawn(["sleep", "1000"], replace_twins=True)
+            assert not psutil.pid_exists(twin.pid), "the twin outlived the new child's start"
+            assert said.read_text() == "twin got SIGINT"
+            assert tether.find_twins(session, exclude_epoch=7) == []
+        assert f"replacing twin of session {session}: pid={twin.pid}" in caplog.text
+    finally:
+        twin.kill()
+        twin.wait()
+
+
+async def test_spawn_errors_name_the_program_and_errno(tmp_path: Path) -> None:
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\n")
+    before = len(psutil.Process().children())
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        with pytest.raises(SpawnError, match="no-such-program-xyz") as missing:
+            await group.spawn(["no-such-program-xyz"])
+        assert missing.value.errno == errno.ENOENT
+        assert missing.value.program == "no-such-program-xyz"
+        with pytest.raises(SpawnError) as denied:
+            await group.spawn([str(script)])
+        assert denied.value.errno == errno.EACCES
+        with pytest.raises(SpawnError, match="working directory"):
+            await group.spawn(["true"], cwd=tmp_path / "missing")
+        with pytest.raises(ValueError, match="argv"):
+            await group.spawn([])
+        assert group.children == ()
+    assert len(psutil.Process().children()) == before
+
+
+async def test_spawn_needs_an_open_group() -> None:
+    group = ChildGroup(unique_session(), 1)
+    with pytest.raises(RuntimeError, match="spawn inside"):
+        await group.spawn(["true"])
+    async with group:
+        pass
+    with pytest.raises(RuntimeError, match="closed"):
+        await group.spawn(["true"])
+    with pytest.raises(RuntimeError, match="once"):
+        async with group:
+            pass
+    with pytest.raises(ValueError, match="grace"):
+        ChildGroup("s", 1, grace=-1)
