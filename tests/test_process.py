@@ -283,3 +283,32 @@ async def test_spawn_needs_an_open_group() -> None:
             pass
     with pytest.raises(ValueError, match="grace"):
         ChildGroup("s", 1, grace=-1)
+    with pytest.raises(ValueError, match="reap_interval"):
+        ChildGroup("s", 1, reap_interval=0)
+
+
+async def test_an_escaped_orphan_that_exits_early_is_reaped_while_the_group_lives(
+    tmp_path: Path,
+) -> None:
+    session = unique_session()
+    ready = tmp_path / "ready"
+    code = """
+        import os, sys, time
+        if os.fork() == 0:              # a daemon that leaves our session and exits soon
+            os.setsid()
+            if os.fork() == 0:
+                open(sys.argv[1] + ".daemon", "w").write(str(os.getpid()))
+                time.sleep(1.0)
+                os._exit(0)
+            os._exit(0)
+        os.wait()
+        open(sys.argv[1], "w").close()
+        time.sleep(1000)
+    """
+    async with ChildGroup(session, 1, grace=GRACE, reap_interval=0.05) as group:
+        await group.spawn(python(code, str(ready)))
+        await wait_until(lambda: ready.exists() and Path(f"{ready}.daemon").exists())
+        daemon = int(Path(f"{ready}.daemon").read_text())
+        await wait_until(lambda: psutil.Process(daemon).ppid() == os.getpid())
+        await wait_until(lambda: not psutil.pid_exists(daemon))
+        assert zombie_children() == []

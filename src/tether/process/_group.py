@@ -7,16 +7,18 @@ escalation of ``_teardown.stop_processes`` inside a shielded scope bounded by
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self, final
 
 import trio
 
 from ._child import Child
-from ._proc import become_subreaper
+from ._proc import Stat, become_subreaper
 from ._ref import ProcessRef
 from ._registry import SPAWNED
 from ._spawn import spawn_process
@@ -46,14 +48,22 @@ class ChildGroup:
         # here the sleep, and anything it started, is gone and reaped
     """
 
-    def __init__(self, session: str, epoch: int, grace: float = 2.0) -> None:
-        if grace < 0:
-            raise ValueError(f"grace must be >= 0, not {grace!r}")
+    def __init__(
+        self, session: str, epoch: int, grace: float = 2.0, *, reap_interval: float = 1.0
+    ) -> None:
+        if grace < 0 or reap_interval <= 0:
+            raise ValueError(
+                f"grace must be >= 0 and reap_interval > 0: {grace!r}, {reap_interval!r}"
+            )
         self.session = session
         self.epoch = epoch
         self.grace = grace
+        self.reap_interval = reap_interval
         self._children: list[Child] = []
+        self._adopted: dict[int, ProcessRef] = {}
         self._state = "new"
+        self._reaper: trio.CancelScope | None = None
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -70,8 +80,11 @@ class ChildGroup:
         if self._state != "new":
             raise RuntimeError("a ChildGroup can be entered once")
         become_subreaper()
+        self._nursery_manager = trio.open_nursery()
+        nursery = await self._nursery_manager.__aenter__()
+        self._reaper = nursery.cancel_scope
+        nursery.start_soon(self._reap_orphans, name=f"tether orphan reaper {self.session}")
         self._state = "open"
-        await trio.lowlevel.checkpoint()
         return self
 
     async def __aexit__(
@@ -80,7 +93,47 @@ class ChildGroup:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        await self.aclose()
+        try:
+            await self.aclose()
+        finally:
+            assert self._reaper is not None
+            assert self._nursery_manager is not None
+            self._reaper.cancel()
+            # The reaper never raises; the body's own exception propagates on its own.
+            await self._nursery_manager.__aexit__(None, None, None)
+
+    async def _reap_orphans(self) -> None:
+        """Adopt orphans of the group while they live (their environment is readable then) and
+        reap them once they exit, so a long-lived owner collects no zombies."""
+        while True:
+            await trio.sleep(self.reap_interval)
+            for pid in self._orphans(snapshot()):
+                ref = self._adopted.get(pid)
+                if ref is None:
+                    try:
+                        ref = self._adopted[pid] = ProcessRef.of(pid)
+                    except ProcessLookupError:
+                        continue
+                if ref.state() == "Z":
+                    _reap_orphan(pid)
+                    del self._adopted[pid]
+
+    def _orphans(self, stats: dict[int, Stat]) -> set[int]:
+        """This process's children that belong to the group but were not spawned by it."""
+        me = os.getpid()
+        sessions = {child.pid for child in self._children}
+        mark = (self.session, str(self.epoch))
+        found: set[int] = set()
+        for pid, stat in stats.items():
+            if stat.ppid != me or pid in SPAWNED:
+                continue
+            adopted = self._adopted.get(pid)
+            if adopted is not None and adopted.state() is None:
+                del self._adopted[pid]  # gone without us: its pid may be another's now
+                adopted = None
+            if adopted is not None or stat.session in sessions or marks(pid) == mark:
+                found.add(pid)
+        return found
 
     async def spawn(
         self,
@@ -140,14 +193,8 @@ class ChildGroup:
         """Every process this group answers for now: its children's trees, and the orphans
         carrying its mark (or its children's sessions) that were reparented to this process."""
         stats = snapshot()
-        me = os.getpid()
         roots = {child.pid for child in self._children if child.returncode is None}
-        sessions = {child.pid for child in self._children}
-        for pid, stat in stats.items():
-            if stat.ppid != me or pid in SPAWNED:
-                continue
-            if stat.session in sessions or marks(pid) == (self.session, str(self.epoch)):
-                roots.add(pid)
+        roots |= self._orphans(stats)
         return refs(roots | descendants(stats, roots))
 
     async def aclose(self) -> None:
@@ -155,6 +202,8 @@ class ChildGroup:
         if self._state == "closed":
             return
         self._state = "closing"
+        if self._reaper is not None:
+            self._reaper.cancel()
         leaders = [child.ref for child in self._children]
         with trio.move_on_after(2 * self.grace + KILL_WAIT, shield=True):
             await stop_processes(self.members, leaders, self.grace)
@@ -164,3 +213,8 @@ class ChildGroup:
                 "session %s: survivor after teardown: %s", self.session, survivor.describe()
             )
         self._state = "closed"
+
+
+def _reap_orphan(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):  # someone else's waitpid(-1) got it first
+        os.waitpid(pid, os.WNOHANG)
