@@ -312,3 +312,26 @@ async def test_an_escaped_orphan_that_exits_early_is_reaped_while_the_group_live
         await wait_until(lambda: psutil.Process(daemon).ppid() == os.getpid())
         await wait_until(lambda: not psutil.pid_exists(daemon))
         assert zombie_children() == []
+
+
+async def test_other_code_s_children_in_the_owner_are_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The owner itself carries the session's mark (agentd set it), and so do the children
+    other libraries start in it; the group neither signals nor reaps them."""
+    session = unique_session()
+    monkeypatch.setenv("TETHER_SESSION", session)
+    monkeypatch.setenv("TETHER_EPOCH", "1")
+    other = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    try:
+        async with ChildGroup(session, 1, grace=GRACE, reap_interval=0.01) as group:
+            await group.spawn(["sleep", "1000"])
+            await wait_until(lambda: any(p.pid == other.pid for p in marked(session)))
+            assert other.pid not in {ref.pid for ref in group.members()}
+            other.send_signal(signal.SIGUSR1)  # dies; the reaper must leave its status to us
+            await wait_until(lambda: psutil.Process(other.pid).status() == "zombie")
+            await trio.sleep(0.05)  # several reaper passes
+        assert other.wait(timeout=5) == -signal.SIGUSR1
+    finally:
+        other.kill()
+        other.wait()

@@ -8,6 +8,7 @@ escalation of ``_teardown.stop_processes`` inside a shielded scope bounded by
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -22,11 +23,12 @@ from ._proc import Stat, become_subreaper
 from ._ref import ProcessRef
 from ._registry import SPAWNED
 from ._spawn import spawn_process
-from ._table import EPOCH_VAR, SESSION_VAR, descendants, marks, refs, snapshot
+from ._table import EPOCH_VAR, GROUP_VAR, SESSION_VAR, descendants, marks, refs, snapshot
 from ._teardown import KILL_WAIT, stop_processes
 from ._twins import find_twins
 
 logger = logging.getLogger("tether.process")
+_group_ids = itertools.count(1)
 
 
 @final
@@ -35,7 +37,8 @@ class ChildGroup:
 
     Args:
         session: marks every child's environment as ``TETHER_SESSION``.
-        epoch: marks every child's environment as ``TETHER_EPOCH``.
+        epoch: marks every child's environment as ``TETHER_EPOCH``. (``TETHER_GROUP`` names
+            this group, so its orphans are told from other code's children.)
         grace: seconds between SIGINT, SIGTERM and SIGKILL when stopping.
 
     Entering makes this process a child subreaper (Linux), so descendants that escape their
@@ -61,6 +64,7 @@ class ChildGroup:
         self.reap_interval = reap_interval
         self._children: list[Child] = []
         self._adopted: dict[int, ProcessRef] = {}
+        self._group_id = f"{os.getpid()}-{next(_group_ids)}"
         self._state = "new"
         self._reaper: trio.CancelScope | None = None
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
@@ -118,11 +122,14 @@ class ChildGroup:
                     _reap_orphan(pid)
                     del self._adopted[pid]
 
+    def _marked(self, pid: int) -> bool:
+        mark = marks(pid)
+        return mark is not None and mark.group == self._group_id
+
     def _orphans(self, stats: dict[int, Stat]) -> set[int]:
         """This process's children that belong to the group but were not spawned by it."""
         me = os.getpid()
         sessions = {child.pid for child in self._children}
-        mark = (self.session, str(self.epoch))
         found: set[int] = set()
         for pid, stat in stats.items():
             if stat.ppid != me or pid in SPAWNED:
@@ -131,7 +138,7 @@ class ChildGroup:
             if adopted is not None and adopted.state() is None:
                 del self._adopted[pid]  # gone without us: its pid may be another's now
                 adopted = None
-            if adopted is not None or stat.session in sessions or marks(pid) == mark:
+            if adopted is not None or stat.session in sessions or self._marked(pid):
                 found.add(pid)
         return found
 
@@ -166,6 +173,7 @@ class ChildGroup:
         full_env = dict(os.environ if env is None else env)
         full_env[SESSION_VAR] = self.session
         full_env[EPOCH_VAR] = str(self.epoch)
+        full_env[GROUP_VAR] = self._group_id
         pid = spawn_process(argv, full_env, None if cwd is None else os.fspath(cwd))
         child = Child._create(
             ProcessRef.of(pid), argv, name or os.path.basename(argv[0]), self.grace

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+import attrs
 import psutil
 
 from ._proc import Stat, read_stat
@@ -16,6 +17,7 @@ from ._ref import ProcessRef
 
 SESSION_VAR = "TETHER_SESSION"
 EPOCH_VAR = "TETHER_EPOCH"
+GROUP_VAR = "TETHER_GROUP"
 
 
 def snapshot() -> dict[int, Stat]:
@@ -54,15 +56,26 @@ def descendants(stats: dict[int, Stat], roots: Iterable[int]) -> set[int]:
     return found
 
 
-def marks(pid: int) -> tuple[str, str] | None:
-    """``(TETHER_SESSION, TETHER_EPOCH)`` from the environment ``pid`` started with, if set."""
+@attrs.frozen
+class Mark:
+    """The tether variables a process started with."""
+
+    session: str
+    epoch: str
+    group: str | None
+    """The ``ChildGroup`` that spawned it or an ancestor: unlike session and epoch, never in
+    the owner's own environment, so other code's children in the owner do not carry it."""
+
+
+def marks(pid: int) -> Mark | None:
+    """The tether marks in the environment ``pid`` started with, if it has a session mark."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             raw = f.read()
         env = dict(
             entry.decode(errors="replace").partition("=")[::2]
             for entry in raw.split(b"\0")
-            if entry.startswith((b"TETHER_SESSION=", b"TETHER_EPOCH="))
+            if entry.startswith(b"TETHER_")
         )
     except FileNotFoundError:
         try:
@@ -72,7 +85,9 @@ def marks(pid: int) -> tuple[str, str] | None:
     except OSError:  # not ours to read, or gone
         return None
     session = env.get(SESSION_VAR)
-    return None if session is None else (session, env.get(EPOCH_VAR, ""))
+    if session is None:
+        return None
+    return Mark(session, env.get(EPOCH_VAR, ""), env.get(GROUP_VAR))
 
 
 def refs(pids: Iterable[int]) -> set[ProcessRef]:

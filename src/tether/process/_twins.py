@@ -27,9 +27,9 @@ def find_twins(session: str, *, exclude_epoch: int | None = None) -> list[Proces
         if pid == me:
             continue
         mark = marks(pid)
-        if mark is None or mark[0] != session:
+        if mark is None or mark.session != session:
             continue
-        if exclude_epoch is not None and mark[1] == str(exclude_epoch):
+        if exclude_epoch is not None and mark.epoch == str(exclude_epoch):
             continue
         try:
             found.append(ProcessRef.of(pid))
