@@ -59,18 +59,8 @@ Stopper = Callable[[tether.ChildGroup, tether.Child], Awaitable[None]]
 
 
 def marked_alive(session: str) -> int:
-    """Processes carrying ``TETHER_SESSION=session`` that are alive (not zombies)."""
-    count = 0
-    for process in psutil.process_iter():
-        try:
-            if (
-                process.environ().get("TETHER_SESSION") == session
-                and process.status() != psutil.STATUS_ZOMBIE
-            ):
-                count += 1
-        except psutil.Error:
-            continue
-    return count
+    """Live processes carrying ``TETHER_SESSION=session``: a scan of every process."""
+    return len(tether.find_twins(session))
 
 
 async def stop_tether(group: tether.ChildGroup, leader: tether.Child) -> None:

@@ -115,6 +115,23 @@ class _Chan(SharedState, Generic[T]):
         return out
 
 
+class _Counts:
+    """``strong_count`` and ``weak_count``, the same on every endpoint of a channel."""
+
+    __slots__ = ()
+    _chan: _Chan[Any]
+
+    @property
+    def strong_count(self) -> int:
+        """Live strong senders of this channel."""
+        return len(self._chan.live)
+
+    @property
+    def weak_count(self) -> int:
+        """Live weak senders of this channel."""
+        return len(self._chan.weak)
+
+
 @overload
 def channel(
     item_type: type[T],
@@ -172,7 +189,7 @@ def channel(
 
 
 @final
-class Sender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
+class Sender(StrongHandle, _Counts, Generic[T], metaclass=NoPublicConstructor):
     """The send half of a ``channel()``: a counted reference that keeps the channel open.
 
     Created by ``channel()``, ``clone()``, ``move()`` and ``WeakSender.upgrade()``. Close it
@@ -181,6 +198,7 @@ class Sender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
     """
 
     __slots__ = ("_chan",)
+    _chan: _Chan[T]
 
     def __init__(self, chan: _Chan[T], name: str | None, depth: int) -> None:
         self._chan = chan
@@ -241,6 +259,8 @@ class Sender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
             SendError: the receiver is closed; the value is in ``.value``.
             TypeError, trio.ClosedResourceError, RuntimeError: as for ``send``.
         """
+        # The same steps as send's fast path, written out again: a shared helper would add a
+        # call to every message on the hot path.
         chan = self._chan
         if self._key is None:
             self._unusable()
@@ -284,16 +304,6 @@ class Sender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
             self._unusable()
         return WeakSender[T]._create(self._chan)
 
-    @property
-    def strong_count(self) -> int:
-        """Live strong senders of this channel."""
-        return len(self._chan.live)
-
-    @property
-    def weak_count(self) -> int:
-        """Live weak senders of this channel."""
-        return len(self._chan.weak)
-
     def is_closed(self) -> bool:
         """Whether the receiver is closed or dropped (sends will fail)."""
         return self._chan.rx_closed
@@ -319,13 +329,14 @@ class Sender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
 
 
 @final
-class WeakSender(Generic[T], metaclass=NoPublicConstructor):
+class WeakSender(_Counts, Generic[T], metaclass=NoPublicConstructor):
     """A sender that does not keep the channel open; ``upgrade()`` it to send.
 
     An actor can hold a weak sender to itself without keeping its own mailbox open forever.
     """
 
     __slots__ = ("__weakref__", "_chan")
+    _chan: _Chan[T]
 
     def __init__(self, chan: _Chan[T]) -> None:
         self._chan = chan
@@ -341,19 +352,9 @@ class WeakSender(Generic[T], metaclass=NoPublicConstructor):
             return None
         return Sender[T]._create(self._chan, None, 2)
 
-    @property
-    def strong_count(self) -> int:
-        """Live strong senders of this channel."""
-        return len(self._chan.live)
-
-    @property
-    def weak_count(self) -> int:
-        """Live weak senders of this channel."""
-        return len(self._chan.weak)
-
 
 @final
-class Receiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
+class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
     """The receive half of a ``channel()``; there is exactly one.
 
     ``recv`` raises ``ChannelClosed`` once every strong sender is gone and the buffer is
@@ -361,6 +362,7 @@ class Receiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
     """
 
     __slots__ = ("_chan",)
+    _chan: _Chan[T]
 
     def __init__(self, chan: _Chan[T]) -> None:
         self._chan = chan
@@ -471,16 +473,6 @@ class Receiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
     def holders(self) -> tuple[Holder, ...]:
         """The live strong senders (oldest first): who keeps this channel open, and where."""
         return self._chan.holders()
-
-    @property
-    def strong_count(self) -> int:
-        """Live strong senders of this channel."""
-        return len(self._chan.live)
-
-    @property
-    def weak_count(self) -> int:
-        """Live weak senders of this channel."""
-        return len(self._chan.weak)
 
     def statistics(self) -> ChannelStatistics:
         """A snapshot of the channel's counts."""

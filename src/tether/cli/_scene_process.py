@@ -18,7 +18,7 @@ import psutil
 import trio
 
 from .. import signals
-from ..process import ChildGroup
+from ..process import ChildGroup, find_twins
 from ._timeline import Timeline, Verdict
 
 GRACE = 0.5
@@ -42,17 +42,8 @@ time.sleep(600)
 
 
 def _marked_alive(session: str) -> int:
-    count = 0
-    for process in psutil.process_iter():
-        try:
-            if (
-                process.environ().get("TETHER_SESSION") == session
-                and process.status() != psutil.STATUS_ZOMBIE
-            ):
-                count += 1
-        except psutil.Error:
-            continue
-    return count
+    """Live processes carrying the session's mark, found by scanning every process."""
+    return len(find_twins(session))
 
 
 def _zombies() -> int:
