@@ -242,3 +242,23 @@ def test_event_describes_itself() -> None:
     assert unknown.describe() == "received SIGHUP from an unknown sender"
     assert tether.signals.SignalEvent is tether.SignalEvent
     assert os.getpid() > 0
+
+
+async def test_a_signal_read_after_the_receiver_closed_is_delivered_again_on_exit() -> None:
+    code = """
+        async def main():
+            async with tether.signals.receive(signal.SIGUSR2) as events:
+                events.close()
+                os.kill(os.getpid(), signal.SIGUSR2)
+                await trio.testing.wait_all_tasks_blocked()
+                say(closed=True)
+            say(survived=True)
+        import trio.testing
+        trio.run(main)
+    """
+    async with program(code) as (process, lines):
+        with trio.fail_after(10):
+            result = await lines.rest()
+            await process.wait()
+    assert result == [{"closed": True}]
+    assert process.returncode == -signal.SIGUSR2

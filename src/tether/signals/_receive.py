@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from ..channels import ChannelClosed, Receiver, Sender, channel
+from ..channels import ChannelClosed, Receiver, Sender, SendError, channel
 from . import _signalfd
 from ._event import SignalEvent, logger, now, sender_cmdline
 
@@ -53,6 +53,7 @@ async def receive(*signals: int) -> AsyncIterator[Receiver[SignalEvent]]:
     tx, rx = channel(SignalEvent, math.inf, name="signals")
     use_signalfd = sys.platform == "linux" and _signalfd.available()
     fd = previous = None
+    spilled: list[int] = []  # read while the receiver was closed: delivered again on exit
     try:
         with trio.open_signal_receiver(*signals) as handled:
             if use_signalfd:
@@ -61,9 +62,9 @@ async def receive(*signals: int) -> AsyncIterator[Receiver[SignalEvent]]:
             else:
                 logger.warning("sender unknown on this platform (%s)", sys.platform)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_pump_handled, handled, tx.clone(), use_signalfd)
+                nursery.start_soon(_pump_handled, handled, tx.clone(), spilled, use_signalfd)
                 if fd is not None:
-                    nursery.start_soon(_pump_signalfd, fd, tx.clone())
+                    nursery.start_soon(_pump_signalfd, fd, tx.clone(), spilled)
                 tx.close()
                 try:
                     yield rx
@@ -72,7 +73,7 @@ async def receive(*signals: int) -> AsyncIterator[Receiver[SignalEvent]]:
     finally:
         # The previous handlers are back; unblocking hands them what is pending in the kernel,
         # then what we read and nobody consumed is raised again for them.
-        unread = _drain(rx)
+        unread = list(dict.fromkeys([*_drain(rx), *spilled]))
         if previous is not None:
             _signalfd.restore(previous)
         for signo in unread:
@@ -81,18 +82,28 @@ async def receive(*signals: int) -> AsyncIterator[Receiver[SignalEvent]]:
             os.close(fd)
 
 
-async def _pump_signalfd(fd: int, events: Sender[SignalEvent]) -> None:
+async def _pump_signalfd(fd: int, events: Sender[SignalEvent], spilled: list[int]) -> None:
     with events:
         while True:
             await trio.lowlevel.wait_readable(fd)
             for signo, pid, uid in _signalfd.read_siginfo(fd):
                 event = SignalEvent(signo, pid, uid, sender_cmdline(pid), now())
                 logger.info(event.describe())
-                events.try_send(event)
+                _deliver(events, event, spilled)
+
+
+def _deliver(events: Sender[SignalEvent], event: SignalEvent, spilled: list[int]) -> None:
+    try:
+        events.try_send(event)
+    except SendError:
+        spilled.append(event.signo)
 
 
 async def _pump_handled(
-    handled: AsyncIterator[int], events: Sender[SignalEvent], use_signalfd: bool
+    handled: AsyncIterator[int],
+    events: Sender[SignalEvent],
+    spilled: list[int],
+    use_signalfd: bool,
 ) -> None:
     why = (
         "delivered to a thread that does not block it"
@@ -103,15 +114,15 @@ async def _pump_handled(
         async for signo in handled:
             event = SignalEvent(signo, None, None, None, now())
             logger.warning("%s (%s)", event.describe(), why)
-            events.try_send(event)
+            _deliver(events, event, spilled)
 
 
 def _drain(rx: Receiver[SignalEvent]) -> list[int]:
-    """The signals read but not consumed, each once, in arrival order."""
+    """The signals read but not consumed, in arrival order."""
     unread: list[int] = []
     try:
         while True:
             unread.append(rx.try_recv().signo)
     except (trio.WouldBlock, ChannelClosed):
         pass
-    return list(dict.fromkeys(unread))
+    return unread
