@@ -8,25 +8,41 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from tether.process._proc import become_subreaper
+
 
 def _descendants() -> list[psutil.Process]:
     return psutil.Process(os.getpid()).children(recursive=True)
 
 
+def _describe(process: psutil.Process) -> str | None:
+    try:
+        return f"pid={process.pid} status={process.status()} cmd={process.cmdline()}"
+    except psutil.Error:
+        return None
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_process_left_behind() -> Iterator[None]:
-    """Fail the run if any process started during it outlives it (zombies included)."""
+    """Fail the run if any process started during it outlives it, zombies included.
+
+    The test process becomes a child subreaper first, so a process that escapes a test (a
+    double fork, a harness killed before it could reap its tree) is reparented here, where
+    this check sees it, instead of to init, where it would not.
+    """
+    become_subreaper()
     before = {p.pid for p in _descendants()}
     yield
     started = [p for p in _descendants() if p.pid not in before]
+    zombies = [p for p in started if _describe(p) and p.status() == psutil.STATUS_ZOMBIE]
     # Give children that are already exiting a bounded moment to be reaped by their owners.
-    _, alive = psutil.wait_procs(started, timeout=5.0)
-    described = []
+    _, alive = psutil.wait_procs([p for p in started if p not in zombies], timeout=5.0)
+    described = [d for p in [*zombies, *alive] if (d := _describe(p))]
     for p in alive:
         try:
-            described.append(f"pid={p.pid} status={p.status()} cmd={p.cmdline()}")
             p.kill()
         except psutil.NoSuchProcess:
             continue
+    psutil.wait_procs([*zombies, *alive], timeout=5.0)
     if described:
         pytest.fail("processes left behind by the suite:\n" + "\n".join(described))

@@ -60,6 +60,15 @@ def marked(session: str) -> list[psutil.Process]:
     return found
 
 
+def kill_marked(session: str) -> None:
+    """SIGKILL every process carrying the session's mark: a failed test's clean-up."""
+    for process in marked(session):
+        try:
+            process.kill()
+        except psutil.Error:
+            continue
+
+
 def zombie_children() -> list[psutil.Process]:
     """Zombies whose parent is this process."""
     return [p for p in psutil.Process(os.getpid()).children() if _status(p) == psutil.STATUS_ZOMBIE]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-from helpers import TREE, marked, unique_session, wait_until, zombie_children
+from helpers import TREE, kill_marked, marked, unique_session, wait_until, zombie_children
 
 HARNESS = """
 import logging, os, signal, sys, trio, tether, tether.signals
@@ -60,6 +60,7 @@ async def test_incident_000_sigterm_names_its_sender_and_leaves_no_survivor(
             code = harness.returncode
         finally:
             harness.kill()
+            kill_marked(session)  # if the harness died before its teardown
     assert code == 128 + signal.SIGTERM
     # `kill` may already be a zombie when the harness reads /proc: then only its comm is left.
     sender = rf"received SIGTERM from pid={killer.pid} uid={os.getuid()} cmd=(kill -TERM|\[kill\])"
