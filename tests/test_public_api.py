@@ -9,6 +9,7 @@ from pathlib import Path
 
 import tether
 import tether.channels
+import tether.epochs
 import tether.process
 import tether.signals
 
@@ -31,6 +32,7 @@ PUBLIC = {
     },
     "tether.signals": {"SignalEvent"},
     "tether.process": {"Child", "ChildGroup", "ProcessRef", "SpawnError", "find_twins"},
+    "tether.epochs": {"EpochStore", "SessionRecord", "SqliteEpochStore", "Superseded"},
 }
 
 # DESIGN.md's layers, bottom first; a module may import only from layers before its own.
@@ -65,6 +67,7 @@ def test_subpackages_list_what_they_export() -> None:
     assert set(tether.channels.__all__) == PUBLIC["tether.channels"]
     assert set(tether.process.__all__) == PUBLIC["tether.process"]
     assert set(tether.signals.__all__) == PUBLIC["tether.signals"] | {"receive"}
+    assert set(tether.epochs.__all__) == PUBLIC["tether.epochs"]
 
 
 def test_lower_layers_never_import_upper_ones() -> None:

@@ -17,6 +17,10 @@ from .channels import WeakSender as WeakSender
 from .channels import channel as channel
 from .channels import oneshot as oneshot
 from .channels import watch as watch
+from .epochs import EpochStore as EpochStore
+from .epochs import SessionRecord as SessionRecord
+from .epochs import SqliteEpochStore as SqliteEpochStore
+from .epochs import Superseded as Superseded
 from .process import Child as Child
 from .process import ChildGroup as ChildGroup
 from .process import ProcessRef as ProcessRef
@@ -31,6 +35,7 @@ __all__ = [
     "ChannelStatistics",
     "Child",
     "ChildGroup",
+    "EpochStore",
     "Holder",
     "OneshotReceiver",
     "OneshotSender",
@@ -38,8 +43,11 @@ __all__ = [
     "Receiver",
     "SendError",
     "Sender",
+    "SessionRecord",
     "SignalEvent",
     "SpawnError",
+    "SqliteEpochStore",
+    "Superseded",
     "WatchReceiver",
     "WatchSender",
     "WeakSender",

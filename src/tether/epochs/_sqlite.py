@@ -1,0 +1,175 @@
+"""``SqliteEpochStore``: epochs and session records in one SQLite file, safe across processes.
+
+WAL journal with ``synchronous=FULL``: NORMAL may lose the last commit on power loss and so hand
+out an epoch twice. Every bump and every fenced write is one ``BEGIN IMMEDIATE`` transaction,
+which takes the write lock up front, so two processes can never read the same epoch and both
+write the next one; a busy timeout makes them queue instead of failing. The blocking sqlite3
+calls run in a worker thread, one at a time per store, so the trio run never waits on disk.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from os import PathLike
+from typing import Self, TypeVar
+
+import attrs
+import trio
+
+from ._store import SessionRecord, Superseded
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS epochs (
+    session TEXT PRIMARY KEY,
+    epoch   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS records (
+    session     TEXT PRIMARY KEY,
+    epoch       INTEGER NOT NULL,
+    pid         INTEGER,
+    create_time REAL,
+    boot_id     TEXT,
+    state       TEXT NOT NULL,
+    restarts    INTEGER NOT NULL,
+    reason      TEXT
+);
+"""
+_BUMP = (
+    "INSERT INTO epochs (session, epoch) VALUES (?, 1)"
+    " ON CONFLICT (session) DO UPDATE SET epoch = epoch + 1 RETURNING epoch"
+)
+_FIELDS = ("pid", "create_time", "boot_id", "state", "restarts", "reason")
+
+
+class SqliteEpochStore:
+    """The embedded ``EpochStore``: one SQLite file, shared safely by processes on one host.
+
+    Args:
+        path: the database file (created with its tables if missing).
+        busy_timeout: seconds a writer waits for another process's transaction.
+
+    Example::
+
+        store = tether.SqliteEpochStore("state/epochs.sqlite3")
+        epoch = await store.bump("s1")
+        await store.check("s1", epoch)
+    """
+
+    def __init__(self, path: str | PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        self.path = path
+        self._busy_ms = int(busy_timeout * 1000)
+        self._db: sqlite3.Connection | None = None
+        self._lock = trio.Lock()
+
+    def __repr__(self) -> str:
+        return f"<tether.SqliteEpochStore {str(self.path)!r}>"
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.executescript(_SCHEMA)
+        return db
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        async with self._lock:
+            if self._db is None:
+                self._db = await trio.to_thread.run_sync(self._connect)
+            db = self._db
+            return await trio.to_thread.run_sync(fn, db)
+
+    async def bump(self, session: str) -> int:
+        """Issue the next epoch of ``session`` (1 for a new one), durably, in one transaction."""
+
+        def bump(db: sqlite3.Connection) -> int:
+            with _immediate(db):
+                (epoch,) = db.execute(_BUMP, (session,)).fetchone()
+            return int(epoch)
+
+        return await self._run(bump)
+
+    async def current(self, session: str) -> int | None:
+        """The latest epoch issued for ``session``, or ``None``."""
+        return await self._run(lambda db: _current(db, session))
+
+    async def check(self, session: str, epoch: int) -> None:
+        """Return if ``epoch`` is the current epoch of ``session``.
+
+        Raises:
+            Superseded: a newer epoch was issued, or none ever was.
+        """
+        current = await self.current(session)
+        if current != epoch:
+            raise Superseded(session, epoch, current)
+
+    async def record(self, session: str) -> SessionRecord | None:
+        """The record last saved for ``session``, or ``None``."""
+
+        def read(db: sqlite3.Connection) -> SessionRecord | None:
+            row = db.execute(
+                f"SELECT epoch, {', '.join(_FIELDS)} FROM records WHERE session = ?", (session,)
+            ).fetchone()
+            if row is None:
+                return None
+            return SessionRecord(**dict(zip(_FIELDS, row[1:], strict=True)), epoch=row[0])
+
+        return await self._run(read)
+
+    async def save(self, session: str, record: SessionRecord, *, epoch: int) -> None:
+        """Store ``record`` for ``session`` as written by the holder of ``epoch``.
+
+        The epoch is compared in the same transaction as the write (fencing on the write path):
+        a holder of an older epoch cannot overwrite what a newer one saved.
+
+        Raises:
+            Superseded: ``epoch`` is older than the current epoch.
+        """
+
+        def save(db: sqlite3.Connection) -> None:
+            with _immediate(db):
+                current = _current(db, session)
+                if current is not None and epoch < current:
+                    raise Superseded(session, epoch, current)
+                values = attrs.astuple(attrs.evolve(record, epoch=epoch), recurse=False)
+                db.execute(
+                    f"INSERT OR REPLACE INTO records (session, {', '.join(_FIELDS)}, epoch)"
+                    f" VALUES (?, {', '.join('?' for _ in _FIELDS)}, ?)",
+                    (session, *values),
+                )
+
+        await self._run(save)
+
+    async def aclose(self) -> None:
+        """Close the connection; the store reopens it if used again."""
+        async with self._lock:
+            if self._db is not None:
+                db, self._db = self._db, None
+                await trio.to_thread.run_sync(db.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def _current(db: sqlite3.Connection, session: str) -> int | None:
+    row = db.execute("SELECT epoch FROM epochs WHERE session = ?", (session,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+class _immediate:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` if the block raises."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")

@@ -1,0 +1,76 @@
+"""The ``EpochStore`` protocol, ``Superseded`` and ``SessionRecord``: what every store offers.
+
+An epoch fences a session: each spawn of its harness gets a number strictly greater than every
+number issued before for that session, and any holder of an older number is refused, on
+``check`` and on every write (``save``), so a phantom from an older epoch can neither attach
+nor overwrite what its successor wrote.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+
+class Superseded(Exception):
+    """``epoch`` of ``session`` is not the current one; ``current`` is (``None``: none issued)."""
+
+    def __init__(self, session: str, epoch: int, current: int | None) -> None:
+        now = "no epoch was ever issued" if current is None else f"the current epoch is {current}"
+        super().__init__(f"session {session!r}: epoch {epoch} is superseded; {now}")
+        self.session = session
+        self.epoch = epoch
+        self.current = current
+
+    def __reduce__(self) -> tuple[type[Superseded], tuple[str, int, int | None]]:
+        return type(self), (self.session, self.epoch, self.current)
+
+
+@attrs.frozen
+class SessionRecord:
+    """What the daemon keeps about a session's harness between its own restarts."""
+
+    pid: int | None = None
+    """The harness's pid, or ``None`` when none runs."""
+    create_time: float | None = None
+    """The harness's creation time (psutil's), which with the pid is its identity."""
+    boot_id: str | None = None
+    """The kernel boot id when it was recorded: after a reboot the pid means nothing."""
+    state: str = "new"
+    """``new``, ``running``, ``stopped``, ``failed``... as the daemon defines them."""
+    restarts: int = 0
+    """Restarts counted by the daemon's restart limit."""
+    reason: str | None = None
+    """Why the session is in this state (for ``failed`` above all)."""
+    epoch: int | None = None
+    """The epoch whose holder wrote this record (set by the store on ``save``)."""
+
+
+@runtime_checkable
+class EpochStore(Protocol):
+    """Where epochs are issued and session records kept; implementations must be atomic."""
+
+    async def bump(self, session: str) -> int:
+        """Issue a new epoch for ``session``: strictly greater than any issued before."""
+        ...
+
+    async def current(self, session: str) -> int | None:
+        """The latest epoch issued for ``session``, or ``None``."""
+        ...
+
+    async def check(self, session: str, epoch: int) -> None:
+        """Return if ``epoch`` is current; raise ``Superseded`` otherwise."""
+        ...
+
+    async def record(self, session: str) -> SessionRecord | None:
+        """The session's record, or ``None`` if none was saved."""
+        ...
+
+    async def save(self, session: str, record: SessionRecord, *, epoch: int) -> None:
+        """Store ``record`` unless ``epoch`` is older than the current one (``Superseded``)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the store's resources."""
+        ...
