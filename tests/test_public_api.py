@@ -10,6 +10,7 @@ from pathlib import Path
 import tether
 import tether.channels
 import tether.epochs
+import tether.journal
 import tether.process
 import tether.signals
 
@@ -33,6 +34,7 @@ PUBLIC = {
     "tether.signals": {"SignalEvent"},
     "tether.process": {"Child", "ChildGroup", "ProcessRef", "SpawnError", "find_twins"},
     "tether.epochs": {"EpochStore", "SessionRecord", "SqliteEpochStore", "Superseded"},
+    "tether.journal": {"JournalError", "ToolCall", "ToolResult", "Transcript"},
 }
 
 # DESIGN.md's layers, bottom first; a module may import only from layers before its own.
@@ -68,6 +70,7 @@ def test_subpackages_list_what_they_export() -> None:
     assert set(tether.process.__all__) == PUBLIC["tether.process"]
     assert set(tether.signals.__all__) == PUBLIC["tether.signals"] | {"receive"}
     assert set(tether.epochs.__all__) == PUBLIC["tether.epochs"]
+    assert set(tether.journal.__all__) == PUBLIC["tether.journal"] | {"Event", "Message", "Repair"}
 
 
 def test_lower_layers_never_import_upper_ones() -> None:

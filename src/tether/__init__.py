@@ -21,6 +21,10 @@ from .epochs import EpochStore as EpochStore
 from .epochs import SessionRecord as SessionRecord
 from .epochs import SqliteEpochStore as SqliteEpochStore
 from .epochs import Superseded as Superseded
+from .journal import JournalError as JournalError
+from .journal import ToolCall as ToolCall
+from .journal import ToolResult as ToolResult
+from .journal import Transcript as Transcript
 from .process import Child as Child
 from .process import ChildGroup as ChildGroup
 from .process import ProcessRef as ProcessRef
@@ -37,6 +41,7 @@ __all__ = [
     "ChildGroup",
     "EpochStore",
     "Holder",
+    "JournalError",
     "OneshotReceiver",
     "OneshotSender",
     "ProcessRef",
@@ -48,6 +53,9 @@ __all__ = [
     "SpawnError",
     "SqliteEpochStore",
     "Superseded",
+    "ToolCall",
+    "ToolResult",
+    "Transcript",
     "WatchReceiver",
     "WatchSender",
     "WeakSender",

@@ -1,0 +1,283 @@
+"""tether.journal: durable tool calls, sealing, repair, locking and disk errors, on real files."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import python
+from tether import JournalError, ToolCall, ToolResult, Transcript
+from tether.journal import Event, Message
+
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+
+
+async def test_entries_round_trip_with_monotonic_seq_and_utc_timestamps(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        call = await tr.tool_call("bash", {"cmd": "ls -l", "n": [1, 2]})
+        await tr.append_message("assistant", "listing ✓")
+        result = await tr.tool_result(call.id, {"stdout": "a\nb"}, "ok")
+        await tr.event("note", {"x": 1})
+        written = list(tr.entries)
+    assert [e.seq for e in written] == [1, 2, 3, 4]
+    assert all(ISO_UTC.match(e.ts) for e in written)
+    assert result.call_id == call.id
+    async with await Transcript.open(path) as again:
+        assert list(again.entries) == written
+        assert again.repair is None
+        assert again.dangling() == []
+    lines = path.read_bytes().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == [
+        "tool_call",
+        "message",
+        "tool_result",
+        "event",
+    ]
+    assert isinstance(written[1], Message)
+    assert isinstance(written[3], Event)
+
+
+async def test_a_tool_call_is_on_disk_when_it_returns(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        call = await tr.tool_call("rm", {"path": "/tmp/x"})
+        on_disk = path.read_bytes().splitlines()
+        assert json.loads(on_disk[-1])["id"] == call.id
+        assert tr.dangling() == [call]
+
+
+async def test_resume_seals_every_dangling_call_with_the_reason(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        calls = [await tr.tool_call("tool", {"i": i}) for i in range(3)]
+    async with await Transcript.open(path, resume=True) as resumed:
+        sealed = [e for e in resumed.entries if isinstance(e, ToolResult)]
+        assert [r.call_id for r in sealed] == [c.id for c in calls]
+        assert {r.status for r in sealed} == {"aborted"}
+        assert {r.reason for r in sealed} == {"session resumed after an unclean shutdown"}
+        assert resumed.dangling() == []
+    async with await Transcript.open(path) as tr:
+        call = await tr.tool_call("tool", {})
+    async with await Transcript.open(path, resume=True, reason="SIGTERM from pid 42") as again:
+        (last,) = [e for e in again.entries if isinstance(e, ToolResult) and e.call_id == call.id]
+        assert last.reason == "SIGTERM from pid 42"
+
+
+async def test_tool_result_refuses_unknown_answered_and_invalid(tmp_path: Path) -> None:
+    async with await Transcript.open(tmp_path / "t.jsonl") as tr:
+        call = await tr.tool_call("tool", {})
+        with pytest.raises(ValueError, match="no tool call"):
+            await tr.tool_result("call_nope", None)
+        with pytest.raises(ValueError, match="status"):
+            await tr.tool_result(call.id, None, "maybe")
+        await tr.tool_result(call.id, None, "error")
+        with pytest.raises(ValueError, match="already has a result"):
+            await tr.tool_result(call.id, None)
+
+
+async def test_a_result_for_an_unknown_call_is_kept_and_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "t.jsonl"
+    line = {"type": "tool_result", "id": "r1", "seq": 1, "ts": "2026-11-29T00:00:00.000000Z"}
+    path.write_text(json.dumps({**line, "call_id": "ghost", "status": "ok", "output": 1}) + "\n")
+    async with await Transcript.open(path) as tr:
+        assert [r.call_id for r in tr.unmatched_results] == ["ghost"]
+        assert len(tr.entries) == 1
+    assert "answers no open call ghost" in caplog.text
+
+
+async def _write_sample(path: Path, count: int) -> list[ToolCall]:
+    async with await Transcript.open(path) as tr:
+        return [await tr.tool_call("tool", {"i": i, "pad": "x" * (i % 7)}) for i in range(count)]
+
+
+async def test_a_torn_last_line_is_quarantined_byte_for_byte(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    calls = await _write_sample(path, 3)
+    torn = b'{"type":"tool_call","id":"call_torn","seq":4,"ts":"2026'
+    with path.open("ab") as f:
+        f.write(torn)
+    async with await Transcript.open(path) as tr:
+        assert tr.repair is not None
+        assert tr.repair.quarantined_bytes == len(torn)
+        assert Path(tr.repair.quarantine).read_bytes() == torn
+        assert [e.id for e in tr.entries[:3]] == [c.id for c in calls]
+        event = tr.entries[3]
+        assert isinstance(event, Event)
+        assert event.kind == "quarantined"
+        assert event.data["bytes"] == len(torn)
+        assert "torn last line" in event.data["reason"]
+    async with await Transcript.open(path) as again:
+        assert again.repair is None
+
+
+async def test_a_corrupt_middle_line_keeps_the_prefix_and_moves_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    await _write_sample(path, 5)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[2] = b'{"type":"tool_call","id":"c","seq":3,"ts":"x","name":7,"args":{}}\n'
+    path.write_bytes(b"".join(lines))
+    async with await Transcript.open(path) as tr:
+        assert tr.repair is not None
+        assert tr.repair.kept_entries == 2
+        assert "field 'name'" in tr.repair.reason
+        assert Path(tr.repair.quarantine).read_bytes() == b"".join(lines[2:])
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_any_cut_or_torn_tail_reopens_to_an_exact_prefix(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    workdir = tmp_path_factory.mktemp("cut")
+    path = workdir / "t.jsonl"
+    calls = trio.run(_write_sample, path, 12)
+    original = path.read_bytes()
+    cut = data.draw(st.integers(0, len(original)), label="cut")
+    tail = data.draw(st.binary(max_size=40).filter(lambda b: b"\n" not in b), label="tail")
+    damaged = original[:cut] + tail
+    path.write_bytes(damaged)
+    complete = original[:cut].count(b"\n")  # the entries whose whole line survived the cut
+
+    async def reopen() -> tuple[list[str], Path | None, int]:
+        async with await Transcript.open(path) as tr:
+            ids = [e.id for e in tr.entries if isinstance(e, ToolCall)]
+            quarantine = Path(tr.repair.quarantine) if tr.repair else None
+            return ids, quarantine, len(tr.entries)
+
+    ids, quarantine, _ = trio.run(reopen)
+    assert ids == [c.id for c in calls[:complete]]
+    kept = original[: original[:cut].rfind(b"\n") + 1] if complete else b""
+    moved = quarantine.read_bytes() if quarantine else b""
+    assert kept + moved == damaged, "bytes were lost or invented"
+
+
+WRITER = """
+    import sys, trio, tether
+    async def main():
+        async with await tether.Transcript.open(sys.argv[1]) as tr:
+            for i in range(100_000):
+                call = await tr.tool_call("tool", {"i": i, "blob": "x" * int(sys.argv[2])})
+                print(call.id, flush=True)
+    trio.run(main)
+"""
+
+
+@pytest.mark.parametrize("acks", [1, 7, 30])
+async def test_kill_9_mid_stream_keeps_every_acknowledged_call(tmp_path: Path, acks: int) -> None:
+    path = tmp_path / "t.jsonl"
+    writer = subprocess.Popen(
+        python(WRITER, str(path), "200000"), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None
+        acknowledged = [writer.stdout.readline().strip() for _ in range(acks)]
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.communicate()
+    async with await Transcript.open(path) as tr:
+        ids = [e.id for e in tr.entries if isinstance(e, ToolCall)]
+        assert ids[:acks] == acknowledged
+        assert all(isinstance(e, ToolCall | Event) for e in tr.entries)
+
+
+async def test_concurrent_writers_in_one_process_serialize(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr, trio.open_nursery() as nursery:
+        for w in range(20):
+
+            async def writer(w: int = w) -> None:
+                for i in range(10):
+                    await tr.append_message("user", f"{w}-{i}")
+
+            nursery.start_soon(writer)
+    async with await Transcript.open(path) as again:
+        assert [e.seq for e in again.entries] == list(range(1, 201))
+        assert again.repair is None
+
+
+async def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    holder = subprocess.Popen(
+        python(
+            """
+            import sys, trio, tether
+            async def main():
+                async with await tether.Transcript.open(sys.argv[1]):
+                    print("holding", flush=True)
+                    sys.stdin.readline()
+            trio.run(main)
+            """,
+            str(path),
+        ),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(JournalError, match=f"being written by pid {holder.pid}") as caught:
+            await Transcript.open(path)
+        assert caught.value.errno == errno.EBUSY
+        assert caught.value.filename == str(path)
+    finally:
+        holder.communicate("\n", timeout=10)
+    async with await Transcript.open(path):  # released with its holder; now ours
+        with pytest.raises(JournalError, match=f"pid {os.getpid()}"):
+            await Transcript.open(path)
+
+
+async def test_a_missing_transcript_without_create_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(JournalError) as caught:
+        await Transcript.open(tmp_path / "absent.jsonl", create=False)
+    assert caught.value.errno == errno.ENOENT
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 64 KiB filesystem (tmpfs), to fill up; skipped where mounting is not allowed."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+async def test_a_full_disk_raises_journal_error_and_leaves_no_torn_line(tiny_disk: Path) -> None:
+    path = tiny_disk / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+
+        async def fill() -> None:
+            for i in range(1000):
+                await tr.tool_call("tool", {"i": i, "blob": "x" * 4000})
+
+        with pytest.raises(JournalError) as caught:
+            await fill()
+        assert caught.value.errno == errno.ENOSPC
+        assert caught.value.filename == str(path)
+        acknowledged = len(tr.entries)
+        with pytest.raises(JournalError, match="an earlier append failed"):
+            await tr.append_message("user", "after the failure")
+    async with await Transcript.open(path) as again:
+        assert again.repair is None, "the failed append left a torn line"
+        assert len(again.entries) == acknowledged
