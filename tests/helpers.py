@@ -60,6 +60,17 @@ def marked(session: str) -> list[psutil.Process]:
     return found
 
 
+def count_named(session: str, name: str) -> int:
+    """How many processes carrying the session's mark run ``name`` (vanishing ones skipped)."""
+    count = 0
+    for process in marked(session):
+        try:
+            count += process.name() == name
+        except psutil.Error:
+            continue
+    return count
+
+
 def kill_marked(session: str) -> None:
     """SIGKILL every process carrying the session's mark: a failed test's clean-up."""
     for process in marked(session):

@@ -19,7 +19,15 @@ from pathlib import Path
 
 import trio
 
-from helpers import TREE, kill_marked, marked, unique_session, wait_until, zombie_children
+from helpers import (
+    TREE,
+    count_named,
+    kill_marked,
+    marked,
+    unique_session,
+    wait_until,
+    zombie_children,
+)
 
 HARNESS = """
 import logging, os, signal, sys, trio, tether, tether.signals
@@ -52,7 +60,7 @@ async def test_incident_000_sigterm_names_its_sender_and_leaves_no_survivor(
     ) as harness:
         try:
             await wait_until(lambda: ready.exists() and ready.read_text() != "")
-            await wait_until(lambda: sum(p.name() == "sleep" for p in marked(session)) == 5)
+            await wait_until(lambda: count_named(session, "sleep") == 5)
             killer = subprocess.Popen(["kill", "-TERM", str(harness.pid)])
             assert killer.wait(timeout=10) == 0
             with trio.fail_after(10):

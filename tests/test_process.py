@@ -15,14 +15,14 @@ import pytest
 import trio
 
 import tether
-from helpers import TREE, marked, python, unique_session, wait_until, zombie_children
+from helpers import TREE, count_named, marked, python, unique_session, wait_until, zombie_children
 from tether import ChildGroup, ProcessRef, SpawnError
 
 GRACE = 0.2
 
 
 def _count_sleepers(session: str) -> int:
-    return sum(1 for p in marked(session) if p.name() == "sleep")
+    return count_named(session, "sleep")
 
 
 async def test_a_whole_tree_leaves_no_survivor_and_no_zombie(tmp_path: Path) -> None:
