@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+from tether import Transcript
 
 
 def test_demo_passes_and_says_what_is_not_built() -> None:
@@ -32,3 +35,41 @@ def test_unknown_command_is_refused() -> None:
     )
     assert done.returncode == 2
     assert "invalid choice" in done.stderr
+
+
+def _tether(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_transcript_show_and_repair(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    async with await Transcript.open(path) as tr:
+        call = await tr.tool_call("bash", {"cmd": "make test"})
+        done = await tr.tool_call("read", {"path": "README.md"})
+        await tr.tool_result(done.id, "tether", "ok")
+    with path.open("ab") as f:
+        f.write(b'{"type":"mess')
+    shown = _tether("transcript", "show", str(path))
+    assert shown.returncode == 2
+    assert f"[{call.id}]   <- DANGLING" in shown.stdout
+    assert f"[{done.id}]   <- DANGLING" not in shown.stdout
+    assert "13 bytes after entry 3 are unreadable (a torn last line of 13 bytes)" in shown.stdout
+    repaired = _tether("transcript", "repair", str(path))
+    assert repaired.returncode == 0
+    assert "kept 3 entries; moved 13 bytes" in repaired.stdout
+    assert "1 tool calls have no result" in repaired.stdout
+    again = _tether("transcript", "show", str(path))
+    assert again.returncode == 0
+    assert "event   quarantined" in again.stdout
+    assert _tether("transcript", "repair", str(path)).stdout.endswith(
+        "nothing to repair\n1 tool calls have no result; a resume seals them\n"
+    )
+    missing = _tether("transcript", "show", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 1
+    assert "No such file" in missing.stdout

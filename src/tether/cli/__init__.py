@@ -1,5 +1,5 @@
-"""The ``tether`` command: ``tether demo`` today; ``run``, ``agentd``, ``ps`` and ``transcript``
-arrive with the layers they drive."""
+"""The ``tether`` command: ``tether demo`` and ``tether transcript show|repair`` today; ``run``,
+``agentd`` and ``ps`` arrive with the layers they drive."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import trio
 
+from . import _transcript
 from ._demo import demo
 
 
@@ -17,9 +18,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="walk through what tether guarantees, on real objects")
+    transcript = commands.add_parser("transcript", help="read or repair a session transcript")
+    transcript.add_argument("action", choices=("show", "repair"))
+    transcript.add_argument("path")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return trio.run(demo, sys.stdout)
+    if args.command == "transcript":
+        return _transcript.run(args.action, args.path, sys.stdout)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
 
 

@@ -4,7 +4,7 @@ WAL journal with ``synchronous=FULL``: NORMAL may lose the last commit on power 
 out an epoch twice. Every bump and every fenced write is one ``BEGIN IMMEDIATE`` transaction,
 which takes the write lock up front, so two processes can never read the same epoch and both
 write the next one; a busy timeout makes them queue instead of failing. The blocking sqlite3
-calls run in a worker thread, one at a time per store, so the trio run never waits on disk.
+calls run on the store's own worker thread, in order, so the trio run never waits on disk.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from os import PathLike
 from typing import Self, TypeVar
 
 import attrs
-import trio
 
+from .._worker import Worker
 from ._store import SessionRecord, Superseded
 
 T = TypeVar("T")
@@ -62,7 +62,7 @@ class SqliteEpochStore:
         self.path = path
         self._busy_ms = int(busy_timeout * 1000)
         self._db: sqlite3.Connection | None = None
-        self._lock = trio.Lock()
+        self._worker = Worker(f"tether epochs {path}")
 
     def __repr__(self) -> str:
         return f"<tether.SqliteEpochStore {str(self.path)!r}>"
@@ -76,11 +76,13 @@ class SqliteEpochStore:
         return db
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        async with self._lock:
-            if self._db is None:
-                self._db = await trio.to_thread.run_sync(self._connect)
-            db = self._db
-            return await trio.to_thread.run_sync(fn, db)
+        return await self._worker.run(self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        # On the worker thread: every use of the connection happens here, one at a time.
+        if self._db is None:
+            self._db = self._connect()
+        return fn(self._db)
 
     async def bump(self, session: str) -> int:
         """Issue the next epoch of ``session`` (1 for a new one), durably, in one transaction."""
@@ -144,11 +146,15 @@ class SqliteEpochStore:
         await self._run(save)
 
     async def aclose(self) -> None:
-        """Close the connection; the store reopens it if used again."""
-        async with self._lock:
-            if self._db is not None:
-                db, self._db = self._db, None
-                await trio.to_thread.run_sync(db.close)
+        """Close the connection and stop the worker; the store reopens both if used again."""
+
+        def close(db: sqlite3.Connection) -> None:
+            db.close()
+            self._db = None
+
+        if self._db is not None:
+            await self._run(close)
+        self._worker.stop()
 
     async def __aenter__(self) -> Self:
         return self

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
 import attrs
@@ -72,12 +73,6 @@ class Event:
 
 Entry = Message | ToolCall | ToolResult | Event
 
-_CLASSES: dict[str, type[Entry]] = {
-    "message": Message,
-    "tool_call": ToolCall,
-    "tool_result": ToolResult,
-    "event": Event,
-}
 _Expected = type | tuple[type, ...] | None
 _FIELDS: dict[str, tuple[tuple[str, _Expected], ...]] = {
     "message": (("role", str), ("content", str)),
@@ -126,29 +121,79 @@ def decode(line: bytes) -> Entry:
         record = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise EntryError(f"not JSON: {exc}") from None
-    if not isinstance(record, dict):
+    return from_record(record)
+
+
+def from_record(record: Any) -> Entry:
+    """The entry a decoded JSON value describes.
+
+    Raises:
+        EntryError: not an object, an unknown ``type``, a missing or mistyped field.
+    """
+    if type(record) is not dict:
         raise EntryError("not a JSON object")
-    kind = record.get("type")
-    if not isinstance(kind, str) or kind not in _FIELDS:
-        raise EntryError(f"unknown entry type {kind!r}")
-    fields = _FIELDS[kind]
-    values: dict[str, Any] = {}
-    for name, expected in (("id", str), ("seq", int), ("ts", str), *fields):
-        value = record.get(name)
-        if name == "reason" and name not in record:
-            continue
-        if name not in record or (expected is not None and not isinstance(value, expected)):
-            raise EntryError(f"{kind}: field {name!r} is missing or not {_describe(expected)}")
-        values[name] = value
-    if isinstance(values["seq"], bool):
-        raise EntryError(f"{kind}: field 'seq' is not an integer")
-    if kind == "tool_result" and values["status"] not in STATUSES:
-        raise EntryError(f"tool_result: status {values['status']!r} is not one of {STATUSES}")
-    return _CLASSES[kind](**values)
+    build = _BUILDERS.get(record.get("type"))  # type: ignore[arg-type]
+    if build is None:
+        raise EntryError(f"unknown entry type {record.get('type')!r}")
+    try:
+        return build(record)
+    except KeyError as exc:
+        raise EntryError(f"{record['type']}: field {exc.args[0]!r} is missing") from None
 
 
-def _describe(expected: _Expected) -> str:
-    if expected is None:
-        return "present"
-    classes = expected if isinstance(expected, tuple) else (expected,)
-    return " or ".join(cls.__name__ for cls in classes)
+def _check(kind: str, name: str, value: Any, expected: type) -> Any:
+    # ``type() is`` rather than isinstance: JSON gives exact types, and bool is not an int here.
+    if type(value) is not expected:
+        raise EntryError(f"{kind}: field {name!r} is not {expected.__name__}")
+    return value
+
+
+def _head(kind: str, r: dict[str, Any]) -> tuple[str, int, str]:
+    return (
+        _check(kind, "id", r["id"], str),
+        _check(kind, "seq", r["seq"], int),
+        _check(kind, "ts", r["ts"], str),
+    )
+
+
+def _message(r: dict[str, Any]) -> Message:
+    return Message(
+        *_head("message", r),
+        _check("message", "role", r["role"], str),
+        _check("message", "content", r["content"], str),
+    )
+
+
+def _tool_call(r: dict[str, Any]) -> ToolCall:
+    return ToolCall(
+        *_head("tool_call", r),
+        _check("tool_call", "name", r["name"], str),
+        _check("tool_call", "args", r["args"], dict),
+    )
+
+
+def _tool_result(r: dict[str, Any]) -> ToolResult:
+    status = _check("tool_result", "status", r["status"], str)
+    if status not in STATUSES:
+        raise EntryError(f"tool_result: status {status!r} is not one of {STATUSES}")
+    reason = r.get("reason")
+    if reason is not None:
+        _check("tool_result", "reason", reason, str)
+    call_id = _check("tool_result", "call_id", r["call_id"], str)
+    return ToolResult(*_head("tool_result", r), call_id, status, r["output"], reason)
+
+
+def _event(r: dict[str, Any]) -> Event:
+    return Event(
+        *_head("event", r),
+        _check("event", "kind", r["kind"], str),
+        _check("event", "data", r["data"], dict),
+    )
+
+
+_BUILDERS: dict[str, Callable[[dict[str, Any]], Entry]] = {
+    "message": _message,
+    "tool_call": _tool_call,
+    "tool_result": _tool_result,
+    "event": _event,
+}

@@ -1,9 +1,10 @@
 """``Transcript``: a session's JSON-lines journal, where a tool call is durable before it runs.
 
-Every append is encoded in the trio thread, then written and fsynced by ``_disk.append`` in a
-worker thread, one append at a time (a ``trio.Lock``), so concurrent writers in one process
-serialize and the run never blocks on the disk; ADR 0006 says why not a writer task. A lock
-file refuses a second writer process, naming its pid.
+Every append is encoded in the trio thread, then written and fsynced by ``_disk.append`` on the
+transcript's own worker thread, so the run never blocks on the disk. Concurrent appends in one
+process are serialized and group-committed: one write and one fsync for everything queued
+while the previous one was in flight (ADR 0006). A lock file refuses a second writer process,
+naming its pid.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar, final
 
+import attrs
 import trio
+import trio.lowlevel
 
 from .._util import NoPublicConstructor
+from .._worker import Worker
 from . import _disk
 from ._disk import JournalError, Repair
 from ._entries import STATUSES, Entry, Event, Message, ToolCall, ToolResult, new_id, now
@@ -24,6 +28,16 @@ logger = logging.getLogger("tether.journal")
 
 RESUME_REASON = "session resumed after an unclean shutdown"
 E = TypeVar("E", bound=Entry)
+
+
+@attrs.define(eq=False)
+class _Pending:
+    """Entries waiting for their write and fsync."""
+
+    entries: list[Any]
+    data: bytes
+    done: trio.Event = attrs.field(factory=trio.Event)
+    error: JournalError | None = None
 
 
 @final
@@ -41,10 +55,18 @@ class Transcript(metaclass=NoPublicConstructor):
         self._size = size
         self._fd: int | None = fd
         self._lock_fd = lock_fd
-        self._write_lock = trio.Lock()
+        self._worker = Worker(f"tether journal {path}")
+        self._queue: list[_Pending] = []
+        self._flushing = False
+        self._flushed = trio.Event()
+        self._flushed.set()
+        self._next_seq = entries[-1].seq + 1 if entries else 1
         self._broken: JournalError | None = None
         self._calls: dict[str, ToolCall] = {}
+        self._results: set[str] = set()
+        """Calls with a durable result."""
         self._answered: set[str] = set()
+        """Calls with a result, durable or queued: a second one is refused at once."""
         self.unmatched_results: list[ToolResult] = []
         """Results whose call is unknown or already answered: kept in the file, reported here."""
         for entry in entries:
@@ -184,47 +206,82 @@ class Transcript(metaclass=NoPublicConstructor):
         return sealed
 
     async def _append(self, build: Callable[[int], list[E]]) -> list[E]:
-        async with self._write_lock:
-            if self._fd is None:
-                raise trio.ClosedResourceError(f"transcript {self.path} is closed")
-            if self._broken is not None:
-                raise JournalError(
-                    self._broken.errno,
-                    f"an earlier append failed: {self._broken.strerror}",
-                    self.path,
-                )
-            seq = self._entries[-1].seq + 1 if self._entries else 1
-            entries = build(seq)
-            if not entries:
-                await trio.lowlevel.checkpoint()
-                return []
-            data = _disk.encode_all(entries)
-            fd, size = self._fd, self._size
-            try:
-                self._size = await trio.to_thread.run_sync(_disk.append, fd, data, size, self.path)
-            except JournalError as exc:
-                self._broken = exc
-                raise
-            for entry in entries:
-                self._entries.append(entry)
-                self._index(entry)
-            return entries
+        """Make ``build(next_seq)``'s entries durable; group-commit with concurrent appends.
+
+        Appends queue up while a write is in flight; whichever task finds no flush running
+        writes everything queued with one write and one fsync, shielded, so a cancelled task
+        never strands the entries of others.
+        """
+        if self._fd is None:
+            raise trio.ClosedResourceError(f"transcript {self.path} is closed")
+        if self._broken is not None:
+            failed = f"an earlier append failed: {self._broken.strerror}"
+            raise JournalError(self._broken.errno, failed, self.path)
+        entries = build(self._next_seq)
+        if not entries:
+            await trio.lowlevel.checkpoint()
+            return []
+        self._next_seq += len(entries)
+        for entry in entries:
+            if isinstance(entry, ToolResult):
+                self._answered.add(entry.call_id)  # now, so a concurrent duplicate is refused
+        pending = _Pending(list(entries), _disk.encode_all(entries))
+        self._queue.append(pending)
+        if not self._flushing:
+            with trio.CancelScope(shield=True):
+                await self._flush()
+        if not pending.done.is_set():  # another task's flush writes it
+            await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return entries
+
+    async def _flush(self) -> None:
+        self._flushing = True
+        self._flushed = trio.Event()
+        try:
+            while self._queue and self._fd is not None:
+                batch, self._queue = self._queue, []
+                data = b"".join(p.data for p in batch)
+                try:
+                    self._size = await self._worker.run(
+                        _disk.append, self._fd, data, self._size, self.path
+                    )
+                except JournalError as exc:
+                    self._broken = exc
+                    batch += self._queue
+                    self._queue = []
+                    for p in batch:
+                        p.error = exc
+                        p.done.set()
+                    return
+                for p in batch:
+                    for entry in p.entries:
+                        self._entries.append(entry)
+                        self._index(entry)
+                    p.done.set()
+        finally:
+            self._flushing = False
+            self._flushed.set()
 
     def _index(self, entry: Entry) -> None:
         if isinstance(entry, ToolCall):
             self._calls[entry.id] = entry
         elif isinstance(entry, ToolResult):
-            if entry.call_id not in self._calls or entry.call_id in self._answered:
+            if entry.call_id not in self._calls or entry.call_id in self._results:
                 self.unmatched_results.append(entry)
+            self._results.add(entry.call_id)
             self._answered.add(entry.call_id)
 
     async def aclose(self) -> None:
-        """Close the file and release the lock; idempotent."""
-        async with self._write_lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                os.close(self._lock_fd)
-                self._fd = None
+        """Wait for queued appends, close the file and release the lock; idempotent."""
+        while self._flushing:
+            await trio.lowlevel.checkpoint()  # the flusher is shielded and bounded by the disk
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            await self._worker.run(os.close, fd)
+            os.close(self._lock_fd)
+            self._worker.stop()
 
     async def __aenter__(self) -> Self:
         return self
