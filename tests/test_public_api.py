@@ -40,6 +40,7 @@ PUBLIC = {
 # DESIGN.md's layers, bottom first; a module may import only from layers before its own.
 LAYERS = [
     "_util",
+    "_worker",
     "channels",
     "signals",
     "process",
