@@ -29,6 +29,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python benchmarks/channels.py
 	$(BIN)/python benchmarks/process.py
+	$(BIN)/python benchmarks/journal.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

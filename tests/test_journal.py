@@ -281,3 +281,17 @@ async def test_a_full_disk_raises_journal_error_and_leaves_no_torn_line(tiny_dis
     async with await Transcript.open(path) as again:
         assert again.repair is None, "the failed append left a torn line"
         assert len(again.entries) == acknowledged
+
+
+async def test_a_read_only_filesystem_raises_journal_error(tiny_disk: Path) -> None:
+    path = tiny_disk / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        await tr.append_message("user", "hello")
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_disk)], check=True)
+    try:
+        with pytest.raises(JournalError) as caught:
+            await Transcript.open(path)
+        assert caught.value.errno == errno.EROFS
+        assert str(tiny_disk) in str(caught.value.filename)
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(tiny_disk)], check=True)

@@ -1,8 +1,9 @@
 """``tether demo``: what is built so far, shown on live objects, and what is not built yet.
 
 Each scene replays the core of an incident from ``shared/seeds`` with the layers that exist:
-a stray sender clone that keeps an engine waiting (004) and a SIGTERM mid tool call whose
-sender nobody knew and whose escaped children survived (000).
+a stray sender clone that keeps an engine waiting (004), a SIGTERM mid tool call whose sender
+nobody knew, whose escaped children survived and whose transcript dangled (000), and a phantom
+from an older epoch (004).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 from typing import TextIO
 
 from ._scene_channels import replay_drop, replay_move, replay_stray_clone
+from ._scene_epochs import replay_superseded
 from ._scene_process import replay_sigterm_tree
 from ._timeline import Timeline, Verdict
 
 _NOT_BUILT = (
-    ("tether.journal / epochs", "sealed transcripts, fencing epochs in SQLite", "issue 4"),
     ("tether.wire / harness", "framed protocol; the harness that really exits", "issue 5"),
     ("tether.agentd", "spawn, reattach or respawn; `tether agentd`, `tether ps`", "issue 6"),
     ("tether.liveness / jobs", "suspend-aware stream clocks; the job controller", "issue 7"),
@@ -27,6 +28,7 @@ _SCENES = (
     ("2. (004) the fix: hand the sender over with move()", replay_move),
     ("3. (004) a sender dropped without close()", replay_drop),
     ("4. (000) SIGTERM while a tool's escaped processes run", replay_sigterm_tree),
+    ("5. (004) a reclaimed session fences out its old harness", replay_superseded),
 )
 
 

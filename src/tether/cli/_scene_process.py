@@ -1,9 +1,10 @@
 """Incident 000 in miniature: SIGTERM arrives while a tool's processes, some escaped, still run.
 
 This process reads SIGTERM through ``tether.signals`` and owns a ``ChildGroup`` whose tool has a
-plain child, a ``setsid`` child, a ``nohup`` child and a double-forked daemon. A separate ``kill``
-process sends SIGTERM; the sender is named, the group is left, and every process that carried
-the session's mark is gone and reaped.
+plain child, a ``setsid`` child, a ``nohup`` child and a double-forked daemon; the tool call is
+in the transcript before the tool starts. A separate process sends SIGTERM; the sender is named,
+the group is left, every process that carried the session's mark is gone and reaped, and the
+resumed transcript seals the call as ``aborted``, naming the signal and its sender.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import psutil
 import trio
 
 from .. import signals
+from ..journal import ToolResult, Transcript
 from ..process import ChildGroup, find_twins
 from ._timeline import Timeline, Verdict
 
@@ -60,6 +62,10 @@ async def replay_sigterm_tree(log: Timeline) -> list[Verdict]:
     session = f"demo-{os.getpid()}"
     with tempfile.TemporaryDirectory() as workdir:
         ready = os.path.join(workdir, "ready")
+        transcript_path = os.path.join(workdir, f"{session}.jsonl")
+        transcript = await Transcript.open(transcript_path)
+        call = await transcript.tool_call("bash", {"cmd": "a tool that daemonizes"})
+        log.event("journal", f"tool call {call.id} is on disk before the tool runs")
         async with signals.receive(signal.SIGTERM) as events:
             async with ChildGroup(session, 1, grace=GRACE) as group:
                 await group.spawn([sys.executable, "-c", _TOOL, ready], name="tool")
@@ -83,7 +89,18 @@ async def replay_sigterm_tree(log: Timeline) -> list[Verdict]:
             took = trio.current_time() - stopping
         survivors = _marked_alive(session)
         zombies = _zombies()
-    log.event("group", f"left in {took * 1000:.0f} ms: {survivors} survivors, {zombies} zombies")
+        log.event(
+            "group", f"left in {took * 1000:.0f} ms: {survivors} survivors, {zombies} zombies"
+        )
+        await transcript.aclose()  # the worker dies here without writing a result
+        why = f"worker shut down mid-call (SIGTERM from pid {event.sender_pid})"
+        async with await Transcript.open(transcript_path, resume=True, reason=why) as resumed:
+            sealed = [e for e in resumed.entries if isinstance(e, ToolResult)]
+            dangling = len(resumed.dangling())
+        for result in sealed:
+            log.event(
+                "journal", f"resume sealed {result.call_id}: {result.status}, {result.reason}"
+            )
     return [
         Verdict(
             "the SIGTERM's sender is named",
@@ -98,5 +115,10 @@ async def replay_sigterm_tree(log: Timeline) -> list[Verdict]:
             "the teardown is bounded by 2 x grace + 1 s",
             took <= 2 * GRACE + 1,
             f"{took * 1000:.0f} ms",
+        ),
+        Verdict(
+            "the resumed transcript seals the call, naming the sender",
+            dangling == 0 and [r.reason for r in sealed] == [why],
+            f"{len(sealed)} aborted, {dangling} dangling",
         ),
     ]
