@@ -63,10 +63,12 @@ async def replay_sigterm_tree(log: Timeline) -> list[Verdict]:
     with tempfile.TemporaryDirectory() as workdir:
         ready = os.path.join(workdir, "ready")
         transcript_path = os.path.join(workdir, f"{session}.jsonl")
-        transcript = await Transcript.open(transcript_path)
-        call = await transcript.tool_call("bash", {"cmd": "a tool that daemonizes"})
-        log.event("journal", f"tool call {call.id} is on disk before the tool runs")
+        # Signals first, before anything starts a thread: a thread that exists before the
+        # block could take the SIGTERM itself, and then its sender is unknown (ADR 0004).
         async with signals.receive(signal.SIGTERM) as events:
+            transcript = await Transcript.open(transcript_path)
+            call = await transcript.tool_call("bash", {"cmd": "a tool that daemonizes"})
+            log.event("journal", f"tool call {call.id} is on disk before the tool runs")
             async with ChildGroup(session, 1, grace=GRACE) as group:
                 await group.spawn([sys.executable, "-c", _TOOL, ready], name="tool")
                 with trio.fail_after(30):  # bounded polling: the tool can only leave a file
