@@ -47,7 +47,9 @@ class Transcript(metaclass=NoPublicConstructor):
     Open it with ``await Transcript.open(path)``; close it with ``aclose()`` or ``async with``.
     """
 
-    def __init__(self, path: str, entries: list[Entry], size: int, fd: int, lock_fd: int) -> None:
+    def __init__(
+        self, path: str, entries: list[Entry], size: int, fd: int, lock_fd: int, worker: Worker
+    ) -> None:
         self.path = path
         self.repair: Repair | None = None
         """What opening had to repair, or ``None``."""
@@ -55,7 +57,7 @@ class Transcript(metaclass=NoPublicConstructor):
         self._size = size
         self._fd: int | None = fd
         self._lock_fd = lock_fd
-        self._worker = Worker(f"tether journal {path}")
+        self._worker = worker
         self._queue: list[_Pending] = []
         self._flushing = False
         self._flushed = trio.Event()
@@ -93,14 +95,20 @@ class Transcript(metaclass=NoPublicConstructor):
                 held by another writer (the message names its pid).
         """
         path = os.fspath(path)
-        lock_fd = await trio.to_thread.run_sync(_disk.lock, path)
+        worker = Worker(f"tether journal {path}")
         try:
-            loaded = await trio.to_thread.run_sync(lambda: _disk.load(path, create=create))
-            fd = await trio.to_thread.run_sync(_disk.open_for_append, path)
+            lock_fd = await worker.run(_disk.lock, path)
+        except BaseException:
+            worker.stop()
+            raise
+        try:
+            loaded = await worker.run(lambda: _disk.load(path, create=create))
+            fd = await worker.run(_disk.open_for_append, path)
         except BaseException:
             os.close(lock_fd)
+            worker.stop()
             raise
-        transcript = cls._create(path, loaded.entries, loaded.size, fd, lock_fd)
+        transcript = cls._create(path, loaded.entries, loaded.size, fd, lock_fd, worker)
         try:
             if loaded.repair is not None:
                 transcript.repair = loaded.repair
