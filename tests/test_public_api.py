@@ -13,6 +13,7 @@ import tether.epochs
 import tether.journal
 import tether.process
 import tether.signals
+import tether.wire
 
 PUBLIC = {
     "tether.channels": {
@@ -71,6 +72,10 @@ def test_subpackages_list_what_they_export() -> None:
     assert set(tether.process.__all__) == PUBLIC["tether.process"]
     assert set(tether.signals.__all__) == PUBLIC["tether.signals"] | {"receive"}
     assert set(tether.epochs.__all__) == PUBLIC["tether.epochs"]
+    # The wire's message classes stay in tether.wire: ``tether.Superseded`` is the exception.
+    assert set(tether.wire.__all__) >= {"Hello", "Welcome", "Superseded", "ProtocolError", "serve"}
+    assert set(tether.wire.__all__) & set(tether.__all__) == {"Superseded"}
+    assert tether.Superseded is tether.epochs.Superseded is not tether.wire.Superseded
     assert set(tether.journal.__all__) == PUBLIC["tether.journal"] | {"Event", "Message", "Repair"}
 
 

@@ -1,0 +1,48 @@
+"""Typed messages in length-prefixed JSON frames over Unix stream sockets."""
+
+from ._codec import MAX_FRAME as MAX_FRAME
+from ._codec import ProtocolError as ProtocolError
+from ._codec import decode as decode
+from ._codec import encode as encode
+from ._connection import Connection as Connection
+from ._connection import Peer as Peer
+from ._messages import Bye as Bye
+from ._messages import Error as Error
+from ._messages import Hello as Hello
+from ._messages import Message as Message
+from ._messages import Nudge as Nudge
+from ._messages import Ping as Ping
+from ._messages import Pong as Pong
+from ._messages import Prompt as Prompt
+from ._messages import Superseded as Superseded
+from ._messages import Welcome as Welcome
+from ._unix import UnsafeSocketPath as UnsafeSocketPath
+from ._unix import connect as connect
+from ._unix import serve as serve
+
+__all__ = [
+    "MAX_FRAME",
+    "Bye",
+    "Connection",
+    "Error",
+    "Hello",
+    "Message",
+    "Nudge",
+    "Peer",
+    "Ping",
+    "Pong",
+    "Prompt",
+    "ProtocolError",
+    "Superseded",
+    "UnsafeSocketPath",
+    "Welcome",
+    "connect",
+    "decode",
+    "encode",
+    "serve",
+]
+
+for _name in __all__:
+    if _name not in ("MAX_FRAME", "Message"):
+        globals()[_name].__module__ = __name__
+del _name

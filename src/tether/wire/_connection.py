@@ -1,0 +1,119 @@
+"""``Connection``: framed messages over one Unix stream socket, and who is at the other end."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import struct
+from typing import Self, final
+
+import attrs
+import trio
+
+from .._util import NoPublicConstructor
+from ..channels import ChannelClosed
+from ._codec import HEADER, ProtocolError, decode, encode, frame_length
+from ._messages import Error, Message
+
+logger = logging.getLogger("tether.wire")
+
+_UCRED = struct.Struct("3i")
+
+
+@attrs.frozen
+class Peer:
+    """The process at the other end of a Unix socket, as the kernel saw it at connect time."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_of(sock: trio.socket.SocketType) -> Peer:
+    """``SO_PEERCRED`` of a connected Unix socket."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+    return Peer(*_UCRED.unpack(raw))
+
+
+@final
+class Connection(metaclass=NoPublicConstructor):
+    """One connection: ``send`` and ``receive`` whole messages.
+
+    Not safe for two tasks receiving at once (nor two sending); the harness's connection loop
+    and the daemon's per-connection handler are each one task.
+    """
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._buffer = bytearray()
+        self.peer = peer_of(stream.socket)
+
+    def __repr__(self) -> str:
+        return f"<tether.wire.Connection peer pid={self.peer.pid} uid={self.peer.uid}>"
+
+    async def send(self, message: Message) -> None:
+        """Send one message.
+
+        Raises:
+            ChannelClosed: the peer is gone.
+            ProtocolError: the message is too large to frame.
+        """
+        try:
+            await self._stream.send_all(encode(message))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise ChannelClosed(f"the peer (pid {self.peer.pid}) is gone: {exc}") from None
+
+    async def receive(self) -> Message:
+        """The next message.
+
+        Raises:
+            ChannelClosed: the peer closed the connection between two frames.
+            ProtocolError: a bad frame, or the connection was cut in the middle of one.
+        """
+        header = await self._read(HEADER.size, at_boundary=True)
+        body = await self._read(frame_length(header), at_boundary=False)
+        return decode(body)
+
+    async def _read(self, size: int, *, at_boundary: bool) -> bytes:
+        buffer = self._buffer
+        while len(buffer) < size:
+            try:
+                chunk = await self._stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                chunk = b""
+                if not buffer and at_boundary:
+                    raise ChannelClosed(f"the peer (pid {self.peer.pid}) is gone: {exc}") from None
+            if not chunk:
+                if not buffer and at_boundary:
+                    raise ChannelClosed(f"the peer (pid {self.peer.pid}) closed the connection")
+                raise ProtocolError(f"connection cut mid-frame ({len(buffer)} of {size} bytes)")
+            buffer += chunk
+        data = bytes(buffer[:size])
+        del buffer[:size]
+        return data
+
+    async def refuse(self, error: ProtocolError) -> None:
+        """Tell the peer why its frame was refused (best effort), then close."""
+        with trio.move_on_after(1), contextlib.suppress(ChannelClosed, ProtocolError):
+            await self.send(Error(error.reason))
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection; idempotent."""
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Message:
+        try:
+            return await self.receive()
+        except ChannelClosed:
+            raise StopAsyncIteration from None

@@ -1,0 +1,110 @@
+"""The messages between agentd and a harness: frozen attrs classes, tagged by snake_case name."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class Hello:
+    """Harness to daemon, first on every connection: who I am and which epoch I hold."""
+
+    session: str
+    epoch: int
+    pid: int
+    create_time: float
+
+
+@attrs.frozen
+class Welcome:
+    """Daemon to harness: the epoch is current; ping every ``heartbeat`` seconds."""
+
+    session: str
+    epoch: int
+    heartbeat: float
+
+
+@attrs.frozen
+class Superseded:
+    """Daemon to harness: ``epoch`` is not current (``current`` is); the harness must exit."""
+
+    session: str
+    epoch: int
+    current: int
+
+
+@attrs.frozen
+class Prompt:
+    """Daemon to harness: work for the engine."""
+
+    id: str
+    text: str
+    meta: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Nudge:
+    """Daemon to harness after a reattach: look at your queue again."""
+
+
+@attrs.frozen
+class Ping:
+    """Daemon to harness: answer with the same ``seq`` from the connection loop itself."""
+
+    seq: int
+
+
+@attrs.frozen
+class Pong:
+    """Harness to daemon: the answer to ``Ping(seq)``."""
+
+    seq: int
+
+
+@attrs.frozen
+class Bye:
+    """Either side: I am closing this connection, and why."""
+
+    reason: str
+
+
+@attrs.frozen
+class Error:
+    """Either side: your last frame was refused, and why; the connection closes."""
+
+    reason: str
+
+
+Message = Hello | Welcome | Superseded | Prompt | Nudge | Ping | Pong | Bye | Error
+MESSAGE_TYPES: tuple[type[Any], ...] = (
+    Hello,
+    Welcome,
+    Superseded,
+    Prompt,
+    Nudge,
+    Ping,
+    Pong,
+    Bye,
+    Error,
+)
+
+
+def tag_of(cls: type[Any]) -> str:
+    """The ``type`` tag of a message class: its name in snake_case."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", cls.__name__).lower()
+
+
+def _json_type(annotation: object) -> type:
+    # Annotations are strings here (``from __future__ import annotations``).
+    text = str(annotation)
+    return dict if text.startswith("dict") else {"str": str, "int": int, "float": float}[text]
+
+
+TAGS: dict[str, type[Any]] = {tag_of(cls): cls for cls in MESSAGE_TYPES}
+FIELD_TYPES: dict[type[Any], tuple[tuple[str, type], ...]] = {
+    cls: tuple((field.name, _json_type(field.type)) for field in attrs.fields(cls))
+    for cls in MESSAGE_TYPES
+}

@@ -1,0 +1,318 @@
+"""tether.wire: the codec (round trip, bad input, fuzz) and real Unix sockets (perms, peers)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import struct
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import python
+from tether import ChannelClosed, wire
+from tether.wire import (
+    Bye,
+    Connection,
+    Error,
+    Hello,
+    Nudge,
+    Ping,
+    Pong,
+    Prompt,
+    ProtocolError,
+    Superseded,
+    UnsafeSocketPath,
+    Welcome,
+)
+
+# --- the codec -------------------------------------------------------------------------------
+
+_text = st.text(max_size=40)
+_int = st.integers(-(2**53), 2**53)
+_float = st.floats(allow_nan=False, allow_infinity=False)
+_json = st.recursive(
+    st.none() | st.booleans() | _int | _float | _text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    max_leaves=12,
+)
+MESSAGES = st.one_of(
+    st.builds(Hello, _text, _int, _int, _float),
+    st.builds(Welcome, _text, _int, _float),
+    st.builds(Superseded, _text, _int, _int),
+    st.builds(Prompt, _text, _text, st.dictionaries(_text, _json, max_size=4)),
+    st.just(Nudge()),
+    st.builds(Ping, _int),
+    st.builds(Pong, _int),
+    st.builds(Bye, _text),
+    st.builds(Error, _text),
+)
+
+
+@settings(max_examples=300)
+@given(message=MESSAGES)
+def test_every_message_round_trips(message: wire.Message) -> None:
+    frame = wire.encode(message)
+    (length,) = struct.unpack(">I", frame[:4])
+    assert length == len(frame) - 4
+    assert wire.decode(frame[4:]) == message
+
+
+def test_the_type_tag_is_the_snake_case_class_name() -> None:
+    body = json.loads(wire.encode(Superseded("s1", 6, 7))[4:])
+    assert body == {"type": "superseded", "session": "s1", "epoch": 6, "current": 7}
+    assert json.loads(wire.encode(Nudge())[4:]) == {"type": "nudge"}
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"{not json", "invalid JSON"),
+        (b"[1, 2]", "must hold a JSON object"),
+        (b'{"type": "teleport"}', "unknown message type 'teleport'"),
+        (b'{"type": 7}', "unknown message type 7"),
+        (b'{"type": "ping"}', "ping: missing field 'seq'"),
+        (b'{"type": "ping", "seq": "1"}', "ping: field 'seq' must be a finite int"),
+        (b'{"type": "ping", "seq": true}', "ping: field 'seq' must be a finite int"),
+        (b'{"type": "welcome", "session": "s", "epoch": 1, "heartbeat": NaN}', "heartbeat"),
+        (b'{"type": "prompt", "id": "p", "text": "t", "meta": []}', "'meta' must be a finite dict"),
+        (b"\xff\xfe", "invalid JSON"),
+    ],
+)
+def test_bad_bodies_raise_protocol_error_with_the_reason(body: bytes, reason: str) -> None:
+    with pytest.raises(ProtocolError, match=reason):
+        wire.decode(body)
+
+
+def test_unknown_fields_are_ignored_and_ints_are_floats_where_floats_are_due() -> None:
+    body = b'{"type": "welcome", "session": "s", "epoch": 1, "heartbeat": 1, "extra": 0}'
+    assert wire.decode(body) == Welcome("s", 1, 1.0)
+
+
+def test_frames_over_one_mebibyte_are_refused_both_ways() -> None:
+    with pytest.raises(ProtocolError, match="exceeds"):
+        wire.encode(Prompt("p", "x" * wire.MAX_FRAME, {}))
+    assert len(wire.encode(Prompt("p", "x" * (wire.MAX_FRAME - 100), {}))) <= wire.MAX_FRAME + 4
+
+
+# --- real sockets ----------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def server(
+    handler: Any, directory: Path | None = None
+) -> AsyncIterator[tuple[Path, list[BaseException]]]:
+    """Serve ``handler`` on a socket in a fresh 0700 directory; collect handler exceptions."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = directory or Path(tmp)
+        base.chmod(0o700)
+        path = base / "agentd.sock"
+        escaped: list[BaseException] = []
+
+        async def recording(connection: Connection) -> None:
+            try:
+                await handler(connection)
+            except (ProtocolError, ChannelClosed):
+                raise
+            except BaseException as exc:
+                escaped.append(exc)
+                raise
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(wire.serve, path, recording)
+            yield path, escaped
+            nursery.cancel_scope.cancel()
+
+
+async def echo_welcome(connection: Connection) -> None:
+    async for message in connection:
+        if isinstance(message, Hello):
+            await connection.send(Welcome(message.session, message.epoch, 1.0))
+        elif isinstance(message, Ping):
+            await connection.send(Pong(message.seq))
+
+
+async def test_a_client_says_hello_and_is_welcomed() -> None:
+    async with server(echo_welcome) as (path, escaped):
+        assert path.stat().st_mode & 0o777 == 0o600
+        async with await wire.connect(path) as client:
+            assert client.peer.pid == os.getpid()
+            await client.send(Hello("s1", 7, os.getpid(), 12.5))
+            assert await client.receive() == Welcome("s1", 7, 1.0)
+            await client.send(Ping(3))
+            assert await client.receive() == Pong(3)
+    assert escaped == []
+    assert not path.exists(), "the socket file outlived its server"
+
+
+async def test_a_bad_frame_closes_only_its_connection(caplog: pytest.LogCaptureFixture) -> None:
+    async with (
+        server(echo_welcome) as (path, escaped),
+        await wire.connect(path) as good,
+        await wire.connect(path) as bad,
+    ):
+        await bad._stream.send_all(struct.pack(">I", 9) + b"not json!")
+        reply = await bad.receive()
+        assert isinstance(reply, Error)
+        assert reply.reason.startswith("invalid JSON")
+        with trio.fail_after(5), pytest.raises(ChannelClosed):
+            await bad.receive()
+        await good.send(Ping(1))
+        assert await good.receive() == Pong(1)
+    assert escaped == []
+    assert "invalid JSON" in caplog.text
+
+
+async def test_an_oversized_header_and_a_cut_frame_are_protocol_errors() -> None:
+    async with server(echo_welcome) as (path, _):
+        async with await wire.connect(path) as client:
+            await client._stream.send_all(struct.pack(">I", wire.MAX_FRAME + 1))
+            reply = await client.receive()
+            assert isinstance(reply, Error)
+            assert "exceeds" in reply.reason
+        async with await wire.connect(path) as client:
+            await client._stream.send_all(wire.encode(Ping(1))[:6])
+            await client._stream.send_eof()
+            reply = await client.receive()
+            assert isinstance(reply, Error)
+            assert "cut mid-frame" in reply.reason
+
+
+async def test_the_client_side_reports_a_cut_frame_and_a_clean_close() -> None:
+    async def half_frame(connection: Connection) -> None:
+        await connection._stream.send_all(wire.encode(Pong(1))[:5])
+
+    async with server(half_frame) as (path, _), await wire.connect(path) as client:
+        with pytest.raises(ProtocolError, match="cut mid-frame"):
+            await client.receive()
+
+    async def nothing(connection: Connection) -> None:
+        return None
+
+    async with server(nothing) as (path, _), await wire.connect(path) as client:
+        with pytest.raises(ChannelClosed):
+            await client.receive()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    payload=st.one_of(
+        st.binary(max_size=200),
+        st.tuples(MESSAGES, st.integers(0, 400), st.binary(min_size=1, max_size=3)).map(
+            lambda t: _mutate(wire.encode(t[0]), t[1], t[2])
+        ),
+    )
+)
+def test_fuzz_the_server_only_ever_meets_protocol_errors_and_never_hangs(payload: bytes) -> None:
+    async def run() -> None:
+        async with server(echo_welcome) as (path, escaped):
+            with trio.fail_after(5):
+                async with await wire.connect(path) as client:
+                    await client._stream.send_all(payload)
+                    await client._stream.send_eof()
+                    while True:  # the server answers what it can, then closes: never hangs
+                        try:
+                            await client.receive()
+                        except (ChannelClosed, ProtocolError):
+                            break
+                # the server still serves
+                async with await wire.connect(path) as other:
+                    await other.send(Ping(9))
+                    assert await other.receive() == Pong(9)
+            assert escaped == []
+
+    trio.run(run)
+
+
+def _mutate(frame: bytes, at: int, junk: bytes) -> bytes:
+    at %= len(frame) + 1
+    return frame[:at] + junk + frame[at + len(junk) :]
+
+
+# --- the socket's directory and its peers ----------------------------------------------------
+
+
+async def test_an_unsafe_directory_is_refused_naming_the_problem(tmp_path: Path) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    with pytest.raises(UnsafeSocketPath, match=r"has mode 0755; it must be 0700"):
+        await wire.serve(loose / "s.sock", echo_welcome)
+    with pytest.raises(UnsafeSocketPath, match="does not exist"):
+        await wire.serve(tmp_path / "absent" / "s.sock", echo_welcome)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "s.sock").write_text("not a socket")
+    with pytest.raises(UnsafeSocketPath, match="is not a socket"):
+        await wire.serve(private / "s.sock", echo_welcome)
+    if os.getuid() == 0:
+        foreign = tmp_path / "foreign"
+        foreign.mkdir(mode=0o700)
+        os.chown(foreign, 65534, 65534)
+        with pytest.raises(UnsafeSocketPath, match="owned by uid 65534"):
+            await wire.serve(foreign / "s.sock", echo_welcome)
+
+
+async def test_a_second_server_on_a_live_socket_is_refused() -> None:
+    async with server(echo_welcome) as (path, _):
+        with pytest.raises(OSError, match="another server") as caught:
+            await wire.serve(path, echo_welcome)
+        assert caught.value.errno == errno.EADDRINUSE
+
+
+async def test_a_stale_socket_file_is_replaced(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    stale = tmp_path / "agentd.sock"
+    import socket as pysocket
+
+    sock = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    sock.bind(str(stale))
+    sock.close()  # a server that died and left its socket file
+    async with server(echo_welcome, tmp_path) as (path, _), await wire.connect(path) as client:
+        await client.send(Ping(1))
+        assert await client.receive() == Pong(1)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to connect as another uid")
+async def test_a_peer_of_another_uid_is_refused_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with server(echo_welcome) as (path, escaped):
+        path.parent.chmod(0o755)  # loosened after start: the peer check still holds
+        path.chmod(0o666)
+        code = """
+            import os, socket, struct, sys
+            os.setgid(65534); os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(sys.argv[1])
+            body = b'{"type":"ping","seq":1}'
+            try:
+                s.sendall(struct.pack(">I", len(body)) + body)
+                print(len(s.recv(100)))
+            except (BrokenPipeError, ConnectionResetError):
+                print(0)  # closed on us before we could even send
+        """
+        done = await trio.run_process(
+            python(code, str(path)), capture_stdout=True, capture_stderr=True, check=False
+        )
+        path.parent.chmod(0o700)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == b"0", "a foreign peer got an answer"
+    assert "refused a connection from uid 65534" in caplog.text
+    assert escaped == []
+
+
+def test_connect_to_nothing_is_an_os_error(tmp_path: Path) -> None:
+    async def main() -> None:
+        with pytest.raises(FileNotFoundError):
+            await wire.connect(tmp_path / "nobody.sock")
+
+    trio.run(main)
