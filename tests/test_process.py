@@ -335,3 +335,15 @@ async def test_other_code_s_children_in_the_owner_are_left_alone(
     finally:
         other.kill()
         other.wait()
+
+
+async def test_closing_the_group_from_another_task_does_not_cancel_its_owner() -> None:
+    reached = False
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        child = await group.spawn(["sleep", "1000"])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(group.aclose)
+        await trio.lowlevel.checkpoint()
+        reached = True
+    assert reached, "aclose() from another task cancelled the body of `async with ChildGroup`"
+    assert child.returncode == -signal.SIGINT

@@ -10,6 +10,7 @@ from pathlib import Path
 import tether
 import tether.channels
 import tether.epochs
+import tether.harness
 import tether.journal
 import tether.process
 import tether.signals
@@ -36,6 +37,7 @@ PUBLIC = {
     "tether.process": {"Child", "ChildGroup", "ProcessRef", "SpawnError", "find_twins"},
     "tether.epochs": {"EpochStore", "SessionRecord", "SqliteEpochStore", "Superseded"},
     "tether.journal": {"JournalError", "ToolCall", "ToolResult", "Transcript"},
+    "tether.harness": {"HarnessContext", "run_harness"},
 }
 
 # DESIGN.md's layers, bottom first; a module may import only from layers before its own.

@@ -21,6 +21,8 @@ from .epochs import EpochStore as EpochStore
 from .epochs import SessionRecord as SessionRecord
 from .epochs import SqliteEpochStore as SqliteEpochStore
 from .epochs import Superseded as Superseded
+from .harness import HarnessContext as HarnessContext
+from .harness import run_harness as run_harness
 from .journal import JournalError as JournalError
 from .journal import ToolCall as ToolCall
 from .journal import ToolResult as ToolResult
@@ -40,6 +42,7 @@ __all__ = [
     "Child",
     "ChildGroup",
     "EpochStore",
+    "HarnessContext",
     "Holder",
     "JournalError",
     "OneshotReceiver",
@@ -62,5 +65,6 @@ __all__ = [
     "channel",
     "find_twins",
     "oneshot",
+    "run_harness",
     "watch",
 ]

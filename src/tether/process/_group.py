@@ -86,8 +86,7 @@ class ChildGroup:
         become_subreaper()
         self._nursery_manager = trio.open_nursery()
         nursery = await self._nursery_manager.__aenter__()
-        self._reaper = nursery.cancel_scope
-        nursery.start_soon(self._reap_orphans, name=f"tether orphan reaper {self.session}")
+        await nursery.start(self._reap_orphans, name=f"tether orphan reaper {self.session}")
         self._state = "open"
         return self
 
@@ -106,21 +105,27 @@ class ChildGroup:
             # The reaper never raises; the body's own exception propagates on its own.
             await self._nursery_manager.__aexit__(None, None, None)
 
-    async def _reap_orphans(self) -> None:
+    async def _reap_orphans(self, task_status: trio.TaskStatus[None]) -> None:
         """Adopt orphans of the group while they live (their environment is readable then) and
         reap them once they exit, so a long-lived owner collects no zombies."""
-        while True:
-            await trio.sleep(self.reap_interval)
-            for pid in self._orphans(snapshot()):
-                ref = self._adopted.get(pid)
-                if ref is None:
-                    try:
-                        ref = self._adopted[pid] = ProcessRef.of(pid)
-                    except ProcessLookupError:
-                        continue
-                if ref.state() == "Z":
-                    _reap_orphan(pid)
-                    del self._adopted[pid]
+        # Its own scope: the nursery's would also cancel the body of ``async with ChildGroup``.
+        with trio.CancelScope() as self._reaper:
+            task_status.started()
+            while True:
+                await trio.sleep(self.reap_interval)
+                self._reap_once()
+
+    def _reap_once(self) -> None:
+        for pid in self._orphans(snapshot()):
+            ref = self._adopted.get(pid)
+            if ref is None:
+                try:
+                    ref = self._adopted[pid] = ProcessRef.of(pid)
+                except ProcessLookupError:
+                    continue
+            if ref.state() == "Z":
+                _reap_orphan(pid)
+                del self._adopted[pid]
 
     def _marked(self, pid: int) -> bool:
         mark = marks(pid)
@@ -169,7 +174,7 @@ class ChildGroup:
         if self._state != "open":
             raise RuntimeError(f"this ChildGroup is {self._state}; spawn inside `async with`")
         if replace_twins:
-            await self._replace_twins()
+            await self.replace_twins()
         full_env = dict(os.environ if env is None else env)
         full_env[SESSION_VAR] = self.session
         full_env[EPOCH_VAR] = str(self.epoch)
@@ -185,7 +190,10 @@ class ChildGroup:
         await trio.lowlevel.checkpoint()
         return child
 
-    async def _replace_twins(self) -> None:
+    async def replace_twins(self) -> None:
+        """Stop every process marked with this session and another epoch (``find_twins``) with
+        the group's escalation, logging each by pid and command line, and wait until each is
+        gone."""
         twins = set(find_twins(self.session, exclude_epoch=self.epoch))
         if not twins:
             return

@@ -1,0 +1,127 @@
+"""The connection loop: the harness's side of the wire, and the only holder of the sender.
+
+It says ``Hello``; on ``Welcome`` it forwards prompts to the engine and answers every ``Ping``
+itself, so only a live loop looks alive (systemd's watchdog rule); on ``Superseded`` it returns
+and its sender, the last one, closes the engine's channel. If the daemon goes away it reconnects
+with backoff, and gives up after ``reconnect_for`` seconds without a connection.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+
+import attrs
+import psutil
+import trio
+
+from ..channels import ChannelClosed, Sender, SendError
+from ..wire import (
+    Bye,
+    Connection,
+    Error,
+    Hello,
+    Nudge,
+    Ping,
+    Pong,
+    Prompt,
+    ProtocolError,
+    Superseded,
+    Welcome,
+    connect,
+)
+from ._context import Command
+
+logger = logging.getLogger("tether.harness")
+
+
+class Ending(enum.Enum):
+    """Why the connection loop returned."""
+
+    SUPERSEDED = "superseded"
+    DAEMON_GONE = "daemon gone"
+    ENGINE_GONE = "engine gone"
+
+
+@attrs.define
+class LoopResult:
+    ending: Ending
+    current: int | None = None
+    """For ``SUPERSEDED``: the daemon's current epoch."""
+
+
+async def connection_loop(
+    commands: Sender[Command],
+    *,
+    session: str,
+    epoch: int,
+    agentd: str,
+    reconnect_for: float,
+) -> LoopResult:
+    """Run until superseded or the daemon stays gone; the sender is closed on return."""
+    me = psutil.Process(os.getpid())
+    hello = Hello(session, epoch, me.pid, me.create_time())
+    with commands:
+        last_seen = trio.current_time()
+        delay = 0.05
+        while True:
+            connection = await _connect(agentd)
+            if isinstance(connection, OSError):
+                if trio.current_time() - last_seen > reconnect_for:
+                    logger.error(
+                        "agentd at %s unreachable for %.1fs: %s", agentd, reconnect_for, connection
+                    )
+                    return LoopResult(Ending.DAEMON_GONE)
+                await trio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            async with connection:
+                try:
+                    result = await _converse(connection, hello, commands)
+                except (ChannelClosed, ProtocolError) as exc:
+                    logger.warning("lost agentd: %s; reconnecting", exc)
+                    result = None
+            if result is not None:
+                return result
+            last_seen = trio.current_time()
+            delay = 0.05
+
+
+async def _connect(agentd: str) -> Connection | OSError:
+    try:
+        return await connect(agentd)
+    except OSError as exc:
+        return exc
+
+
+async def _converse(
+    connection: Connection, hello: Hello, commands: Sender[Command]
+) -> LoopResult | None:
+    await connection.send(hello)
+    while True:
+        message = await connection.receive()
+        if isinstance(message, Welcome):
+            logger.info("welcomed by agentd: session %s epoch %d", message.session, message.epoch)
+        elif isinstance(message, Superseded):
+            logger.warning(
+                "superseded: this harness holds epoch %d, the current epoch is %d",
+                hello.epoch,
+                message.current,
+            )
+            return LoopResult(Ending.SUPERSEDED, message.current)
+        elif isinstance(message, Ping):
+            await connection.send(Pong(message.seq))
+        elif isinstance(message, Prompt | Nudge):
+            try:
+                commands.try_send(message)  # unbounded: the loop never waits on the engine
+            except SendError:
+                return LoopResult(Ending.ENGINE_GONE)
+        elif isinstance(message, Bye):
+            logger.info("agentd said bye: %s", message.reason)
+            return None
+        elif isinstance(message, Error):
+            logger.warning("agentd refused a frame: %s", message.reason)
+            return None
+        else:  # pragma: no cover - Hello/Pong are never sent to a harness
+            logger.warning("unexpected %s from agentd", type(message).__name__)

@@ -1,0 +1,66 @@
+"""A small real harness: ``python -m tether.harness.example``.
+
+Its engine records each prompt, runs a child agent for it through ``ctx.tool`` and records the
+answer. The child agent is a Python script that streams a line every 0.1 s, starts a ``setsid``
+grandchild, and on SIGINT writes ``agent got SIGINT`` to ``$TETHER_EXAMPLE_SIGNAL_FILE`` (if
+set) and exits 0. With ``TETHER_EXAMPLE_STRAY_CLONE=1`` the engine commits incident 004's bug:
+it upgrades its weak sender and keeps the strong one. Settings come from the environment that
+agentd sets (see ``run_harness``); the tests and the demo drive it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from ..channels import Receiver
+from ..wire import Prompt
+from ._context import Command, HarnessContext
+from ._runtime import run_harness
+
+logger = logging.getLogger("tether.harness.example")
+
+AGENT = """
+import os, signal, subprocess, sys, time
+def bye(*_):
+    path = os.environ.get("TETHER_EXAMPLE_SIGNAL_FILE")
+    if path:
+        with open(path, "a") as f:
+            f.write("agent got SIGINT\\n")
+    sys.exit(0)
+signal.signal(signal.SIGINT, bye)
+subprocess.Popen(["setsid", "sleep", "600"])
+for i in range(int(sys.argv[1])):
+    print(f"agent: thinking {i}", flush=True)
+    time.sleep(0.1)
+"""
+
+
+async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
+    """Answer each prompt by running one child agent for it."""
+    logger.info("engine started: %d dangling tool calls", len(ctx.transcript.dangling()))
+    stray = ctx.requeue.upgrade() if os.environ.get("TETHER_EXAMPLE_STRAY_CLONE") else None
+    async for command in commands:
+        if not isinstance(command, Prompt):
+            continue
+        await ctx.transcript.append_message("user", command.text)
+        steps = str(command.meta.get("steps", 1_000_000))
+
+        async def run_agent(steps: str = steps) -> int:
+            child = await ctx.children.spawn([sys.executable, "-c", AGENT, steps], name="agent")
+            return await child.wait()
+
+        code = await ctx.tool("agent", {"prompt": command.text}, run_agent)
+        await ctx.transcript.append_message("assistant", f"the agent exited with {code}")
+    logger.info("engine: the command channel closed")
+    del stray
+
+
+def main() -> int:
+    """Run the example engine as a harness."""
+    return run_harness(engine)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
