@@ -30,6 +30,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/channels.py
 	$(BIN)/python benchmarks/process.py
 	$(BIN)/python benchmarks/journal.py
+	$(BIN)/python benchmarks/harness.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

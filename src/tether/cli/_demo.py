@@ -16,7 +16,6 @@ from ._scene_process import replay_sigterm_tree
 from ._timeline import Timeline, Verdict
 
 _NOT_BUILT = (
-    ("tether.harness", "the harness that really exits (the wire is built)", "issue 5"),
     ("tether.agentd", "spawn, reattach or respawn; `tether agentd`, `tether ps`", "issue 6"),
     ("tether.liveness / jobs", "suspend-aware stream clocks; the job controller", "issue 7"),
     ("tether.testing", "the trio deadlock detector and process-leak guard", "issue 8"),
