@@ -12,6 +12,7 @@ from typing import TextIO
 
 from ._scene_channels import replay_drop, replay_move, replay_stray_clone
 from ._scene_epochs import replay_superseded
+from ._scene_harness import replay_superseded_harness
 from ._scene_process import replay_sigterm_tree
 from ._timeline import Timeline, Verdict
 
@@ -28,6 +29,7 @@ _SCENES = (
     ("3. (004) a sender dropped without close()", replay_drop),
     ("4. (000) SIGTERM while a tool's escaped processes run", replay_sigterm_tree),
     ("5. (004) a reclaimed session fences out its old harness", replay_superseded),
+    ("6. (004) a Superseded harness really exits", replay_superseded_harness),
 )
 
 
