@@ -246,3 +246,19 @@ def test_run_harness_names_a_missing_setting(missing: str, tmp_path: Path) -> No
     )
     assert done.returncode == 1
     assert f"{missing} is not set" in done.stderr
+
+
+async def test_a_second_signal_while_exiting_does_not_change_the_exit(tmp_path: Path) -> None:
+    session = unique_session()
+    async with agentd(4) as (daemon, _):
+        # A stubborn agent makes the exit take one grace, a window for the second signal.
+        harness = start_harness(session, 4, daemon, tmp_path, TETHER_EXAMPLE_STUBBORN="1")
+        async with cleanup(harness, session):
+            await wait_until(lambda: _tool_call_on_disk(tmp_path / f"{session}.jsonl"))
+            await wait_until(lambda: count_named(session, "sleep") == 1)
+            harness.send_signal(signal.SIGTERM)
+            await trio.sleep(0.1)  # the harness has read SIGTERM and is waiting out the agent
+            harness.send_signal(signal.SIGHUP)
+            code, log, _ = await _exit_code(harness)
+    assert code == 128 + signal.SIGTERM, log
+    assert marked(session) == []

@@ -26,7 +26,7 @@ import attrs
 import trio
 
 from .. import signals
-from ..channels import Receiver, channel
+from ..channels import ChannelClosed, Receiver, channel
 from ..journal import Transcript
 from ..process import ChildGroup
 from ._context import Command, HarnessContext
@@ -106,29 +106,40 @@ async def _harness(
     reconnect_for: float,
 ) -> int:
     # Signals first: every thread started after this (the transcript's, trio's) blocks them.
-    async with (
-        signals.receive(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as events,
-        await Transcript.open(path, resume=True) as transcript,
-        ChildGroup(session, epoch, grace) as children,
-    ):
-        await children.replace_twins()
-        cause = await _supervise(
-            engine,
-            events,
-            transcript,
-            children,
-            session,
-            epoch,
-            agentd,
-            grace,
-            reconnect_for,
-        )
-        if cause.reason is not None and transcript.dangling():
-            with trio.CancelScope(shield=True):
-                await transcript.seal_dangling(cause.reason)
-    # Leaving the group stopped and reaped every child tree.
+    async with signals.receive(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as events:
+        async with (
+            await Transcript.open(path, resume=True) as transcript,
+            ChildGroup(session, epoch, grace) as children,
+        ):
+            await children.replace_twins()
+            cause = await _supervise(
+                engine,
+                events,
+                transcript,
+                children,
+                session,
+                epoch,
+                agentd,
+                grace,
+                reconnect_for,
+            )
+            if cause.reason is not None and transcript.dangling():
+                with trio.CancelScope(shield=True):
+                    await transcript.seal_dangling(cause.reason)
+        # Leaving the group stopped and reaped every child tree. A signal that came after
+        # the cause was decided is logged here, not delivered again to kill us on the way out.
+        _log_late_signals(events, cause)
     logger.info("exiting %d: %s", cause.code, cause.text)
     return cause.code
+
+
+def _log_late_signals(events: Receiver[signals.SignalEvent], cause: _Cause) -> None:
+    while True:
+        try:
+            event = events.try_recv()
+        except (trio.WouldBlock, ChannelClosed):
+            return
+        logger.info("%s while exiting (%s); ignored", event.describe(), cause.text)
 
 
 async def _supervise(
@@ -193,7 +204,7 @@ async def _supervise(
             )
 
     async def watch_signals() -> None:
-        event = await events.recv()
+        event = await events.recv()  # later ones wait in the channel; see _log_late_signals
         cmd = " ".join(event.sender_cmdline or ("?",))
         who = f"pid {event.sender_pid}, {cmd}" if event.sender_pid is not None else "unknown sender"
         decide(

@@ -3,7 +3,8 @@
 Its engine records each prompt, runs a child agent for it through ``ctx.tool`` and records the
 answer. The child agent is a Python script that streams a line every 0.1 s, starts a ``setsid``
 grandchild, and on SIGINT writes ``agent got SIGINT`` to ``$TETHER_EXAMPLE_SIGNAL_FILE`` (if
-set) and exits 0. With ``TETHER_EXAMPLE_STRAY_CLONE=1`` the engine commits incident 004's bug:
+set) and exits 0 (with ``TETHER_EXAMPLE_STUBBORN=1`` it ignores SIGINT, so stopping it takes
+the SIGTERM step). With ``TETHER_EXAMPLE_STRAY_CLONE=1`` the engine commits incident 004's bug:
 it upgrades its weak sender and keeps the strong one. Settings come from the environment that
 agentd sets (see ``run_harness``); the tests and the demo drive it.
 """
@@ -29,7 +30,7 @@ def bye(*_):
         with open(path, "a") as f:
             f.write("agent got SIGINT\\n")
     sys.exit(0)
-signal.signal(signal.SIGINT, bye)
+signal.signal(signal.SIGINT, signal.SIG_IGN if os.environ.get("TETHER_EXAMPLE_STUBBORN") else bye)
 subprocess.Popen(["setsid", "sleep", "600"])
 for i in range(int(sys.argv[1])):
     print(f"agent: thinking {i}", flush=True)
