@@ -257,7 +257,11 @@ async def test_a_second_signal_while_exiting_does_not_change_the_exit(tmp_path: 
             await wait_until(lambda: _tool_call_on_disk(tmp_path / f"{session}.jsonl"))
             await wait_until(lambda: count_named(session, "sleep") == 1)
             harness.send_signal(signal.SIGTERM)
-            await trio.sleep(0.1)  # the harness has read SIGTERM and is waiting out the agent
+            # The call is sealed once SIGTERM is the cause; then the harness waits out the agent.
+            transcript = tmp_path / f"{session}.jsonl"
+            await wait_until(
+                lambda: any(e.get("status") == "aborted" for e in _entries(transcript))
+            )
             harness.send_signal(signal.SIGHUP)
             code, log, _ = await _exit_code(harness)
     assert code == 128 + signal.SIGTERM, log
