@@ -2,8 +2,9 @@
 
 Each scene replays the core of an incident from ``shared/seeds`` with the layers that exist:
 a stray sender clone that keeps an engine waiting (004), a SIGTERM mid tool call whose sender
-nobody knew, whose escaped children survived and whose transcript dangled (000), and a phantom
-from an older epoch (004).
+nobody knew, whose escaped children survived and whose transcript dangled (000), a phantom
+from an older epoch (004), and a real harness process that is superseded and really exits,
+even when its engine keeps a stray sender clone (004).
 """
 
 from __future__ import annotations
