@@ -73,18 +73,13 @@ class Event:
 
 Entry = Message | ToolCall | ToolResult | Event
 
-_Expected = type | tuple[type, ...] | None
-_FIELDS: dict[str, tuple[tuple[str, _Expected], ...]] = {
-    "message": (("role", str), ("content", str)),
-    "tool_call": (("name", str), ("args", dict)),
-    "tool_result": (
-        ("call_id", str),
-        ("status", str),
-        ("output", None),
-        ("reason", (str, type(None))),
-    ),
-    "event": (("kind", str), ("data", dict)),
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "message": ("role", "content"),
+    "tool_call": ("name", "args"),
+    "tool_result": ("call_id", "status", "output", "reason"),
+    "event": ("kind", "data"),
 }
+"""The fields each type adds after ``type``, ``id``, ``seq`` and ``ts``, in line order."""
 
 
 def new_id(prefix: str) -> str:
@@ -104,7 +99,7 @@ def now() -> str:
 def encode(entry: Entry) -> bytes:
     """One line (with its newline) for ``entry``."""
     record: dict[str, Any] = {"type": entry.type, "id": entry.id, "seq": entry.seq, "ts": entry.ts}
-    for name, _ in _FIELDS[entry.type]:
+    for name in _FIELDS[entry.type]:
         value = getattr(entry, name)
         if value is not None or name != "reason":
             record[name] = value
