@@ -159,6 +159,8 @@ async def _supervise(
     decided = trio.Event()
     engine_scope = trio.CancelScope()
     engine_done = trio.Event()
+    loop_scope = trio.CancelScope()
+    loop_done = trio.Event()
 
     def decide(cause: _Cause) -> None:
         if not causes:
@@ -183,9 +185,14 @@ async def _supervise(
         engine_done.set()
 
     async def run_loop() -> None:
-        result: LoopResult = await connection_loop(
-            tx.move(), session=session, epoch=epoch, agentd=agentd, reconnect_for=reconnect_for
-        )
+        result: LoopResult | None = None
+        with loop_scope:
+            result = await connection_loop(
+                tx.move(), session=session, epoch=epoch, agentd=agentd, reconnect_for=reconnect_for
+            )
+        loop_done.set()
+        if result is None:  # cancelled: another cause came first
+            return
         if result.ending is Ending.SUPERSEDED:
             decide(
                 _Cause(
@@ -227,14 +234,23 @@ async def _supervise(
             with trio.move_on_after(grace):
                 await engine_done.wait()
             if not engine_done.is_set():
-                holders = "; ".join(f"{h.name} at {h.site} (task {h.task})" for h in rx.holders())
                 logger.error(
                     "the engine did not see its channel close within %.1fs; still held by: %s",
                     grace,
-                    holders or "nobody",
+                    _holders(rx) or "nobody",
                 )
-                cause.text += f"; command channel still held by: {holders}"
+        # Stop the loop first: once its sender is closed, any holder left is a stray clone,
+        # and the engine, still running, still holds it for the record.
+        loop_scope.cancel()
+        await loop_done.wait()
+        stray = _holders(rx)
         ctx.shutdown_reason = cause.reason
         engine_scope.cancel()
         nursery.cancel_scope.cancel()
+    if stray:
+        cause.text += f"; command channel still held by: {stray}"
     return cause
+
+
+def _holders(rx: Receiver[Command]) -> str:
+    return "; ".join(f"{h.name} at {h.site} (task {h.task})" for h in rx.holders())
