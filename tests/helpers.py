@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import textwrap
 import uuid
@@ -29,6 +30,23 @@ TREE = """
     open(sys.argv[1], "w").write("ready")
     time.sleep(1000)
 """
+
+
+KILLER_SCRIPT = 'kill -"$0" "$1"; read _'
+
+
+def lingering_killer(signal_name: str, pid: int) -> subprocess.Popen[str]:
+    """A process that sends ``signal_name`` to ``pid`` and then stays alive until its stdin
+    closes, so the receiver can still read its command line (a sender that has exited and been
+    reaped leaves nothing in /proc: an honest limit, not what these tests are about)."""
+    return subprocess.Popen(
+        ["sh", "-c", KILLER_SCRIPT, signal_name, str(pid)], stdin=subprocess.PIPE, text=True
+    )
+
+
+def killer_argv(signal_name: str, pid: int) -> list[str]:
+    """The command line ``lingering_killer`` runs."""
+    return ["sh", "-c", KILLER_SCRIPT, signal_name, str(pid)]
 
 
 def python(code: str, *args: str) -> list[str]:

@@ -23,7 +23,15 @@ import attrs
 import pytest
 import trio
 
-from helpers import count_named, kill_marked, marked, unique_session, wait_until, zombie_children
+from helpers import (
+    count_named,
+    kill_marked,
+    lingering_killer,
+    marked,
+    unique_session,
+    wait_until,
+    zombie_children,
+)
 from tether import ToolResult, Transcript, wire
 from tether.harness import EXIT_DAEMON_GONE, EXIT_SUPERSEDED
 
@@ -174,9 +182,11 @@ async def test_sigterm_mid_tool_call_seals_the_call_naming_the_sender(tmp_path: 
         async with cleanup(harness, session):
             await wait_until(lambda: _tool_call_on_disk(transcript))
             await wait_until(lambda: count_named(session, "sleep") == 1)
-            killer = subprocess.Popen(["sh", "-c", 'kill -TERM "$0"; sleep 0.3', str(harness.pid)])
-            code, log, took = await _exit_code(harness)
-            killer.wait()
+            killer = lingering_killer("TERM", harness.pid)
+            try:
+                code, log, took = await _exit_code(harness)
+            finally:
+                killer.communicate("\n", timeout=10)
     assert code == 128 + signal.SIGTERM, log
     assert took <= BOUND
     call, result = [e for e in _entries(transcript) if e["type"] in ("tool_call", "tool_result")][

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 from collections.abc import AsyncIterator
@@ -20,7 +19,7 @@ import pytest
 import trio
 
 import tether.signals
-from helpers import python
+from helpers import killer_argv, lingering_killer, python
 
 PRELUDE = """
     import json, logging, os, signal, sys, trio, tether, tether.signals
@@ -97,27 +96,18 @@ async def test_the_sender_of_a_signal_is_named_and_logged() -> None:
         with trio.fail_after(10):
             ready = await lines.next()
             assert ready is not None
-            killer = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    "import os, sys; os.kill(int(sys.argv[1]), 15)",
-                    str(ready["ready"]),
-                ]
-            )
-            killer.wait()
-            event = await lines.next()
+            target = int(str(ready["ready"]))
+            killer = lingering_killer("TERM", target)
+            try:
+                event = await lines.next()
+            finally:
+                killer.communicate("\n", timeout=10)
             log = await _stderr(process)
     assert event == {
         "signo": signal.SIGTERM,
         "pid": killer.pid,
         "uid": os.getuid(),
-        "cmd": [
-            sys.executable,
-            "-c",
-            "import os, sys; os.kill(int(sys.argv[1]), 15)",
-            str(ready["ready"]),
-        ],
+        "cmd": killer_argv("TERM", target),
     }
     assert f"tether.signals received SIGTERM from pid={killer.pid} uid={os.getuid()} cmd=" in log
 
