@@ -14,13 +14,13 @@ import trio
 
 # A three-level tree with every way of escaping: writes "ready" to argv[1] once all 5 sleepers run.
 TREE = """
-    import os, subprocess, sys, time
+    import os, signal, subprocess, sys
     subprocess.Popen(["sleep", "1000"])                       # a plain child
     subprocess.Popen(["setsid", "sleep", "1001"])             # a setsid grandchild
     subprocess.Popen(["nohup", "sleep", "1002"],              # a nohup sleeper
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     subprocess.Popen([sys.executable, "-c",                   # a level-2 child with its own
-        "import subprocess, time; subprocess.Popen(['sleep', '1004']); time.sleep(1000)"])
+        "import signal, subprocess; subprocess.Popen(['sleep', '1004']); signal.pause()"])
     if os.fork() == 0:                                        # a double-forked daemon
         os.setsid()
         if os.fork() == 0:
@@ -28,7 +28,7 @@ TREE = """
         os._exit(0)
     os.wait()
     open(sys.argv[1], "w").write("ready")
-    time.sleep(1000)
+    signal.pause()                                            # until a signal ends it
 """
 
 

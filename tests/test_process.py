@@ -40,13 +40,13 @@ async def test_a_whole_tree_leaves_no_survivor_and_no_zombie(tmp_path: Path) -> 
 async def test_sigint_comes_first_and_a_handler_exits_cleanly(tmp_path: Path) -> None:
     said = tmp_path / "said"
     code = """
-        import signal, sys, time
+        import signal, sys
         def bye(*_):
             open(sys.argv[1], "w").write("got SIGINT")
             sys.exit(0)
         signal.signal(signal.SIGINT, bye)
         open(sys.argv[1] + ".ready", "w").close()
-        time.sleep(1000)
+        signal.pause()
     """
     async with ChildGroup(unique_session(), 1, grace=5.0) as group:
         child = await group.spawn(python(code, str(said)))
@@ -62,11 +62,11 @@ async def test_a_child_ignoring_sigint_and_sigterm_is_killed_within_the_bound(
 ) -> None:
     ready = tmp_path / "ready"
     code = """
-        import signal, sys, time
+        import signal, sys
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         open(sys.argv[1], "w").close()
-        time.sleep(1000)
+        signal.pause()
     """
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
         child = await group.spawn(python(code, str(ready)))
@@ -80,10 +80,10 @@ async def test_a_child_ignoring_sigint_and_sigterm_is_killed_within_the_bound(
 async def test_a_stopped_child_gets_sigcont_with_sigterm(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     code = """
-        import signal, sys, time
+        import signal, sys
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         open(sys.argv[1], "w").close()
-        time.sleep(1000)
+        signal.pause()
     """
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
         child = await group.spawn(python(code, str(ready)))
@@ -224,13 +224,13 @@ async def test_twins_get_sigint_and_are_gone_before_the_new_child_starts(
     session = unique_session()
     said = tmp_path / "said"
     code = """
-        import signal, sys, time
+        import signal, sys
         def bye(*_):
             open(sys.argv[1], "w").write("twin got SIGINT")
             sys.exit(0)
         signal.signal(signal.SIGINT, bye)
         open(sys.argv[1] + ".ready", "w").close()
-        time.sleep(1000)
+        signal.pause()
     """
     env = dict(os.environ, TETHER_SESSION=session, TETHER_EPOCH="6")
     twin = subprocess.Popen(python(code, str(said)), env=env)
@@ -293,17 +293,17 @@ async def test_an_escaped_orphan_that_exits_early_is_reaped_while_the_group_live
     session = unique_session()
     ready = tmp_path / "ready"
     code = """
-        import os, sys, time
+        import os, signal, sys, time
         if os.fork() == 0:              # a daemon that leaves our session and exits soon
             os.setsid()
             if os.fork() == 0:
                 open(sys.argv[1] + ".daemon", "w").write(str(os.getpid()))
-                time.sleep(1.0)
+                time.sleep(1.0)         # the daemon's short life, not a wait of the test
                 os._exit(0)
             os._exit(0)
         os.wait()
         open(sys.argv[1], "w").close()
-        time.sleep(1000)
+        signal.pause()
     """
     async with ChildGroup(session, 1, grace=GRACE, reap_interval=0.05) as group:
         await group.spawn(python(code, str(ready)))
