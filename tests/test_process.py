@@ -293,13 +293,13 @@ async def test_an_escaped_orphan_that_exits_early_is_reaped_while_the_group_live
     session = unique_session()
     ready = tmp_path / "ready"
     code = """
-        import os, signal, sys, time
+        import os, signal, sys
         if os.fork() == 0:              # a daemon that leaves our session and exits soon
             os.setsid()
             if os.fork() == 0:
                 open(sys.argv[1] + ".daemon", "w").write(str(os.getpid()))
-                time.sleep(1.0)         # the daemon's short life, not a wait of the test
-                os._exit(0)
+                signal.alarm(1)         # the daemon's short life: SIGALRM ends it in 1 s
+                signal.pause()
             os._exit(0)
         os.wait()
         open(sys.argv[1], "w").close()
