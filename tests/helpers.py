@@ -32,6 +32,18 @@ TREE = """
 """
 
 
+# A child that, on SIGINT, writes argv[2] to the file argv[1] and exits 0; it writes
+# argv[1] + ".ready" once its handler is in place.
+SIGINT_REPORTER = """
+    import signal, sys
+    def bye(*_):
+        open(sys.argv[1], "w").write(sys.argv[2])
+        sys.exit(0)
+    signal.signal(signal.SIGINT, bye)
+    open(sys.argv[1] + ".ready", "w").close()
+    signal.pause()
+"""
+
 KILLER_SCRIPT = 'kill -"$0" "$1"; read _'
 
 

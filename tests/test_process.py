@@ -15,7 +15,16 @@ import pytest
 import trio
 
 import tether
-from helpers import TREE, count_named, marked, python, unique_session, wait_until, zombie_children
+from helpers import (
+    SIGINT_REPORTER,
+    TREE,
+    count_named,
+    marked,
+    python,
+    unique_session,
+    wait_until,
+    zombie_children,
+)
 from tether import ChildGroup, ProcessRef, SpawnError
 
 GRACE = 0.2
@@ -39,17 +48,8 @@ async def test_a_whole_tree_leaves_no_survivor_and_no_zombie(tmp_path: Path) -> 
 
 async def test_sigint_comes_first_and_a_handler_exits_cleanly(tmp_path: Path) -> None:
     said = tmp_path / "said"
-    code = """
-        import signal, sys
-        def bye(*_):
-            open(sys.argv[1], "w").write("got SIGINT")
-            sys.exit(0)
-        signal.signal(signal.SIGINT, bye)
-        open(sys.argv[1] + ".ready", "w").close()
-        signal.pause()
-    """
     async with ChildGroup(unique_session(), 1, grace=5.0) as group:
-        child = await group.spawn(python(code, str(said)))
+        child = await group.spawn(python(SIGINT_REPORTER, str(said), "got SIGINT"))
         await wait_until(Path(f"{said}.ready").exists)
         started = time.monotonic()
     assert time.monotonic() - started < 5.0, "the child waited for SIGTERM"
@@ -223,17 +223,8 @@ async def test_twins_get_sigint_and_are_gone_before_the_new_child_starts(
 ) -> None:
     session = unique_session()
     said = tmp_path / "said"
-    code = """
-        import signal, sys
-        def bye(*_):
-            open(sys.argv[1], "w").write("twin got SIGINT")
-            sys.exit(0)
-        signal.signal(signal.SIGINT, bye)
-        open(sys.argv[1] + ".ready", "w").close()
-        signal.pause()
-    """
     env = dict(os.environ, TETHER_SESSION=session, TETHER_EPOCH="6")
-    twin = subprocess.Popen(python(code, str(said)), env=env)
+    twin = subprocess.Popen(python(SIGINT_REPORTER, str(said), "twin got SIGINT"), env=env)
     try:
         await wait_until(Path(f"{said}.ready").exists)
         assert [ref.pid for ref in tether.find_twins(session, exclude_epoch=7)] == [twin.pid]
