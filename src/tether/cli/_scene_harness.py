@@ -9,7 +9,6 @@ names the line that held the clone.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from pathlib import Path
 import trio
 
 from .. import wire
+from ..journal import ToolCall
+from ..journal._disk import scan
 from ..process import find_twins
 from ._timeline import Timeline, Verdict
 
@@ -49,8 +50,9 @@ async def _until_agent_runs(transcript: Path, session: str) -> None:
 
 
 def _agent_running(transcript: Path) -> bool:
-    lines = transcript.read_text().splitlines() if transcript.exists() else []
-    return any(json.loads(line).get("type") == "tool_call" for line in lines if line.endswith("}"))
+    # The journal's own reader: it stops cleanly at a line the harness is still writing.
+    entries, _, _ = scan(transcript.read_bytes()) if transcript.exists() else ([], 0, "")
+    return any(isinstance(entry, ToolCall) for entry in entries)
 
 
 async def _one(log: Timeline, root: Path, stray: bool) -> tuple[int, float, str, int, str]:
