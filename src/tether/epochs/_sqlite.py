@@ -9,6 +9,7 @@ calls run on the store's own worker thread, in order, so the trio run never wait
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from os import PathLike
@@ -17,7 +18,7 @@ from typing import Self, TypeVar
 import attrs
 
 from .._worker import Worker
-from ._store import SessionRecord, Superseded
+from ._store import QueuedPrompt, SessionRecord, Superseded
 
 T = TypeVar("T")
 
@@ -35,6 +36,16 @@ CREATE TABLE IF NOT EXISTS records (
     state       TEXT NOT NULL,
     restarts    INTEGER NOT NULL,
     reason      TEXT
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    session  TEXT NOT NULL,
+    id       TEXT NOT NULL,
+    text     TEXT NOT NULL,
+    meta     TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    outcome  TEXT,
+    UNIQUE (session, id)
 );
 """
 _BUMP = (
@@ -144,6 +155,56 @@ class SqliteEpochStore:
                 )
 
         await self._run(save)
+
+    async def sessions(self) -> list[str]:
+        """Every session with a saved record, sorted."""
+        rows = await self._run(
+            lambda db: db.execute("SELECT session FROM records ORDER BY session").fetchall()
+        )
+        return [str(row[0]) for row in rows]
+
+    async def enqueue(self, prompt: QueuedPrompt) -> None:
+        """Queue ``prompt`` durably (committed before this returns); an id already queued for
+        the session is left as it is."""
+        row = (prompt.session, prompt.id, prompt.text, json.dumps(prompt.meta), prompt.attempts)
+        await self._run(
+            lambda db: db.execute(
+                "INSERT OR IGNORE INTO outbox (session, id, text, meta, attempts)"
+                " VALUES (?, ?, ?, ?, ?)",
+                row,
+            )
+        )
+
+    async def attempted(self, session: str, prompt_id: str) -> None:
+        """Count one more delivery attempt of a queued prompt."""
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE outbox SET attempts = attempts + 1 WHERE session = ? AND id = ?",
+                (session, prompt_id),
+            )
+        )
+
+    async def settle(self, session: str, prompt_id: str, outcome: str) -> None:
+        """Record the prompt's outcome; it is no longer ``pending``."""
+        await self._run(
+            lambda db: db.execute(
+                "UPDATE outbox SET outcome = ? WHERE session = ? AND id = ?",
+                (outcome, session, prompt_id),
+            )
+        )
+
+    async def pending(self) -> list[QueuedPrompt]:
+        """Every queued prompt without an outcome, oldest first."""
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT session, id, text, meta, attempts FROM outbox"
+                " WHERE outcome IS NULL ORDER BY seq"
+            ).fetchall()
+        )
+        return [
+            QueuedPrompt(session, prompt_id, text, json.loads(meta), attempts)
+            for session, prompt_id, text, meta, attempts in rows
+        ]
 
     async def aclose(self) -> None:
         """Close the connection and stop the worker; the store reopens both if used again."""

@@ -8,7 +8,7 @@ nor overwrite what its successor wrote.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -47,6 +47,18 @@ class SessionRecord:
     """The epoch whose holder wrote this record (set by the store on ``save``)."""
 
 
+@attrs.frozen
+class QueuedPrompt:
+    """A prompt the daemon accepted for a session and has not yet settled."""
+
+    session: str
+    id: str
+    text: str
+    meta: dict[str, Any] = attrs.field(factory=dict)
+    attempts: int = 0
+    """Delivery attempts made so far (each a send on a live connection, or a failed start)."""
+
+
 @runtime_checkable
 class EpochStore(Protocol):
     """Where epochs are issued and session records kept; implementations must be atomic."""
@@ -69,6 +81,27 @@ class EpochStore(Protocol):
 
     async def save(self, session: str, record: SessionRecord, *, epoch: int) -> None:
         """Store ``record`` unless ``epoch`` is older than the current one (``Superseded``)."""
+        ...
+
+    async def sessions(self) -> list[str]:
+        """Every session with a saved record, sorted."""
+        ...
+
+    async def enqueue(self, prompt: QueuedPrompt) -> None:
+        """Keep ``prompt`` durably until ``settle``; enqueuing the same id again is a no-op."""
+        ...
+
+    async def attempted(self, session: str, prompt_id: str) -> None:
+        """Count one more delivery attempt of a queued prompt."""
+        ...
+
+    async def settle(self, session: str, prompt_id: str, outcome: str) -> None:
+        """Take a prompt off the queue, ``delivered`` or ``failed: <reason>``, keeping the
+        outcome for the record."""
+        ...
+
+    async def pending(self) -> list[QueuedPrompt]:
+        """Every queued prompt not yet settled, oldest first."""
         ...
 
     async def aclose(self) -> None:

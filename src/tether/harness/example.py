@@ -4,7 +4,8 @@ Its engine records each prompt, runs a child agent for it through ``ctx.tool`` a
 answer. The child agent is a Python script that streams a line every 0.1 s, starts a ``setsid``
 grandchild, and on SIGINT writes ``agent got SIGINT`` to ``$TETHER_EXAMPLE_SIGNAL_FILE`` (if
 set) and exits 0 (with ``TETHER_EXAMPLE_STUBBORN=1`` it ignores SIGINT, so stopping it takes
-the SIGTERM step). With ``TETHER_EXAMPLE_STRAY_CLONE=1`` the engine commits incident 004's bug:
+the SIGTERM step). A prompt with ``meta={"wedge": True}`` blocks the whole process, a phantom
+for agentd to find. With ``TETHER_EXAMPLE_STRAY_CLONE=1`` the engine commits incident 004's bug:
 it upgrades its weak sender and keeps the strong one. Settings come from the environment that
 agentd sets (see ``run_harness``); the tests and the demo drive it.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 
 from ..channels import Receiver
 from ..wire import Prompt
@@ -45,6 +47,11 @@ async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
     async for command in commands:
         if not isinstance(command, Prompt):
             continue
+        if command.meta.get("wedge"):
+            # A test switch: block the whole trio run, so the connection loop stops answering
+            # pings and signals go unread while the pid lives on (a phantom).
+            logger.warning("wedging this harness (test switch)")
+            time.sleep(3600)  # noqa: ASYNC251
         await ctx.transcript.append_message("user", command.text)
         steps = str(command.meta.get("steps", 1_000_000))
 

@@ -2,11 +2,29 @@
 
 from ._child import Child as Child
 from ._group import ChildGroup as ChildGroup
+from ._proc import become_subreaper as become_subreaper
+from ._proc import boot_id as boot_id
 from ._ref import ProcessRef as ProcessRef
 from ._spawn import SpawnError as SpawnError
+from ._start import reap as reap
+from ._start import reap_orphans as reap_orphans
+from ._start import start as start
+from ._start import stop_tree as stop_tree
 from ._twins import find_twins as find_twins
 
-__all__ = ["Child", "ChildGroup", "ProcessRef", "SpawnError", "find_twins"]
+__all__ = [
+    "Child",
+    "ChildGroup",
+    "ProcessRef",
+    "SpawnError",
+    "become_subreaper",
+    "boot_id",
+    "find_twins",
+    "reap",
+    "reap_orphans",
+    "start",
+    "stop_tree",
+]
 
 for _name in __all__:
     globals()[_name].__module__ = __name__

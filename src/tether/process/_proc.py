@@ -92,3 +92,13 @@ def become_subreaper() -> bool:
         return False
     logger.debug("pid %d is a child subreaper", os.getpid())
     return True
+
+
+@functools.cache
+def boot_id() -> str | None:
+    """The kernel's boot id: a pid recorded under another boot id names nothing now."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None

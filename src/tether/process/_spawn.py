@@ -54,8 +54,13 @@ def resolve(program: str, env: Mapping[str, str], cwd: str | None) -> str:
     return found
 
 
-def spawn_process(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> int:
+def spawn_process(
+    argv: Sequence[str], env: Mapping[str, str], cwd: str | None, *, output: int | None = None
+) -> int:
     """Start ``argv`` in a new session with a clean signal state; its pid.
+
+    With ``output`` (an open file descriptor) the child's stdout and stderr go there and its
+    stdin is ``/dev/null``: a daemon's children must not hold its terminal.
 
     Raises:
         SpawnError: the program or ``cwd`` is unusable, or the kernel refused to execute it.
@@ -79,6 +84,17 @@ def spawn_process(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) 
             setsid=True,
             setsigmask=(),
             setsigdef=_DEFAULT_DISPOSITIONS,
+            file_actions=_redirect(output),
         )
     except OSError as exc:
         raise SpawnError(program, exc.errno or errno.EIO) from exc
+
+
+def _redirect(output: int | None) -> list[tuple[int, ...] | tuple[int, int, str, int, int]]:
+    if output is None:
+        return []
+    return [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, output, 1),
+        (os.POSIX_SPAWN_DUP2, output, 2),
+    ]

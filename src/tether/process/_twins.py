@@ -10,7 +10,9 @@ from ._ref import ProcessRef
 from ._table import marks
 
 
-def find_twins(session: str, *, exclude_epoch: int | None = None) -> list[ProcessRef]:
+def find_twins(
+    session: str, *, exclude_epoch: int | None = None, epoch: int | None = None
+) -> list[ProcessRef]:
     """Processes whose environment marks ``session`` (``TETHER_SESSION``), except this epoch's.
 
     A harness superseded by a newer epoch, and every child it started, still carry the old
@@ -20,6 +22,7 @@ def find_twins(session: str, *, exclude_epoch: int | None = None) -> list[Proces
     Args:
         session: the session id to look for.
         exclude_epoch: leave out processes marked with this epoch (normally one's own).
+        epoch: only processes marked with this epoch (what a dead harness left behind).
     """
     me = os.getpid()
     found: list[ProcessRef] = []
@@ -30,6 +33,8 @@ def find_twins(session: str, *, exclude_epoch: int | None = None) -> list[Proces
         if mark is None or mark.session != session:
             continue
         if exclude_epoch is not None and mark.epoch == str(exclude_epoch):
+            continue
+        if epoch is not None and mark.epoch != str(epoch):
             continue
         try:
             found.append(ProcessRef.of(pid))

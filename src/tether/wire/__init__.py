@@ -7,6 +7,7 @@ from ._codec import encode as encode
 from ._connection import Connection as Connection
 from ._connection import Peer as Peer
 from ._messages import Bye as Bye
+from ._messages import Control as Control
 from ._messages import Error as Error
 from ._messages import Hello as Hello
 from ._messages import Message as Message
@@ -14,6 +15,7 @@ from ._messages import Nudge as Nudge
 from ._messages import Ping as Ping
 from ._messages import Pong as Pong
 from ._messages import Prompt as Prompt
+from ._messages import Reply as Reply
 from ._messages import Superseded as Superseded
 from ._messages import Welcome as Welcome
 from ._unix import UnsafeSocketPath as UnsafeSocketPath
@@ -24,6 +26,7 @@ __all__ = [
     "MAX_FRAME",
     "Bye",
     "Connection",
+    "Control",
     "Error",
     "Hello",
     "Message",
@@ -33,6 +36,7 @@ __all__ = [
     "Pong",
     "Prompt",
     "ProtocolError",
+    "Reply",
     "Superseded",
     "UnsafeSocketPath",
     "Welcome",

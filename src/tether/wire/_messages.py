@@ -78,7 +78,26 @@ class Error:
     reason: str
 
 
-Message = Hello | Welcome | Superseded | Prompt | Nudge | Ping | Pong | Bye | Error
+@attrs.frozen
+class Control:
+    """A command-line client to the daemon, first and only request on its connection:
+    ``op`` is ``ps``, ``start``, ``send``, ``stop`` or ``reset``."""
+
+    op: str
+    session: str = ""
+    text: str = ""
+
+
+@attrs.frozen
+class Reply:
+    """Daemon to a command-line client: the result of its ``Control`` (refusals are ``Error``)."""
+
+    result: dict[str, Any] = attrs.field(factory=dict)
+
+
+Message = (
+    Hello | Welcome | Superseded | Prompt | Nudge | Ping | Pong | Bye | Error | Control | Reply
+)
 MESSAGE_TYPES: tuple[type[Any], ...] = (
     Hello,
     Welcome,
@@ -89,6 +108,8 @@ MESSAGE_TYPES: tuple[type[Any], ...] = (
     Pong,
     Bye,
     Error,
+    Control,
+    Reply,
 )
 
 

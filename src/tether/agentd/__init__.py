@@ -1,0 +1,28 @@
+"""The daemon: spawn, reattach or respawn a harness per session, with fencing epochs, a
+durable outbox and restart limits; every outcome is reported and every attempt bounded."""
+
+from ._daemon import Agentd as Agentd
+from ._events import AgentEvent as AgentEvent
+from ._outcomes import AgentdError as AgentdError
+from ._outcomes import Attached as Attached
+from ._outcomes import Delivered as Delivered
+from ._outcomes import DeliveryFailed as DeliveryFailed
+from ._outcomes import SessionFailed as SessionFailed
+from ._outcomes import SessionStatus as SessionStatus
+from ._outcomes import StartFailed as StartFailed
+
+__all__ = [
+    "AgentEvent",
+    "Agentd",
+    "AgentdError",
+    "Attached",
+    "Delivered",
+    "DeliveryFailed",
+    "SessionFailed",
+    "SessionStatus",
+    "StartFailed",
+]
+
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

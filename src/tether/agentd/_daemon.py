@@ -1,0 +1,826 @@
+"""``Agentd``: the daemon that starts one harness per session, reattaches to it while it is
+healthy, replaces it when it is a phantom or dead, and never retries without end.
+
+Every decision about a session happens under that session's lock, in ``start_agent``:
+
+- a live harness of the current epoch whose connection loop answers a ping: reattach (Nudge);
+- a harness that does not answer within ``miss_limit`` heartbeats of its last sign of life
+  (a pong, its spawn, its adoption or its disconnection): a phantom; its tree is stopped
+  (SIGINT, SIGTERM, SIGKILL) and reaped, and a fresh one is spawned with a new epoch;
+- a harness of an older epoch (another daemon or host bumped it): told ``Superseded`` and
+  stopped if it has not exited within ``grace``; then a fresh spawn;
+- a dead harness or none: spawn (``spawned`` the first time, ``respawned`` after).
+
+Harnesses are not owned by a ``ChildGroup``: the daemon's own restart must leave them running.
+Their identity ``(pid, create_time, boot_id, epoch)`` is saved in the store, and a restarted
+daemon adopts the live ones by identity and waits ``miss_limit`` heartbeats for them to
+reconnect before calling them phantoms.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import math
+import os
+import re
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from ..channels import Receiver
+from ..epochs import EpochStore, QueuedPrompt, SessionRecord
+from ..epochs import Superseded as EpochSuperseded
+from ..process import (
+    Child,
+    ProcessRef,
+    SpawnError,
+    become_subreaper,
+    boot_id,
+    find_twins,
+    reap,
+    reap_orphans,
+    start,
+    stop_tree,
+)
+from ..wire import (
+    Bye,
+    Connection,
+    Control,
+    Error,
+    Hello,
+    Nudge,
+    Pong,
+    Prompt,
+    ProtocolError,
+    Reply,
+    Superseded,
+    Welcome,
+    serve,
+)
+from ._events import AgentEvent, EventLog
+from ._link import Link
+from ._outcomes import (
+    Attached,
+    Delivered,
+    DeliveryFailed,
+    How,
+    SessionFailed,
+    SessionStatus,
+    StartFailed,
+)
+
+logger = logging.getLogger("tether.agentd")
+
+_SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+@attrs.define(eq=False)
+class _Harness:
+    """One harness process of a session, from its spawn (or adoption) to its exit."""
+
+    ref: ProcessRef
+    epoch: int
+    child: Child | None
+    """Our ``Child`` if this daemon started it; ``None`` if adopted after a restart."""
+    since: float
+    """Its last sign of life other than a pong: spawn, adoption, disconnection (trio time)."""
+    link: Link | None = None
+    linked: trio.Event = attrs.field(factory=trio.Event)
+    """Set while ``link`` is attached; replaced when the link drops."""
+    hello: trio.Event = attrs.field(factory=trio.Event)
+    exited: trio.Event = attrs.field(factory=trio.Event)
+    code: int | None = None
+    retired: trio.Event | None = None
+
+    def alive(self) -> bool:
+        return not self.exited.is_set() and self.ref.is_alive()
+
+
+@attrs.define(eq=False)
+class _Session:
+    name: str
+    lock: trio.Lock = attrs.field(factory=trio.Lock)
+    harness: _Harness | None = None
+    state: str = "new"
+    reason: str | None = None
+    restarts: int = 0
+    recent: collections.deque[float] = attrs.field(factory=collections.deque)
+    """Trio times of the restarts inside the restart window."""
+    known: bool = False
+    """Whether a harness was ever recorded for it (the next spawn is then a restart)."""
+    last_event: str = ""
+
+
+class Agentd:
+    """The session daemon.
+
+    Args:
+        store: where epochs, session records and queued prompts live.
+        socket_path: the Unix socket harnesses and ``tether`` commands connect to (its
+            directory must be mode 0700; see ``tether.wire.serve``).
+        harness_argv: how to start a harness; it gets ``TETHER_SESSION``, ``TETHER_EPOCH``,
+            ``TETHER_AGENTD`` (the socket), ``TETHER_STATE_DIR`` (``<state_dir>/<session>``) and
+            ``TETHER_GRACE`` in its environment, which ``run_harness`` reads.
+        heartbeat: seconds between pings to each attached harness.
+        miss_limit: heartbeats without a pong (or without a connection) that make a phantom.
+        restart_limit: ``(n, window)``: more than ``n`` restarts within ``window`` seconds
+            fails the session until ``reset``.
+        grace: each step of stopping a harness's tree (SIGINT, SIGTERM, SIGKILL).
+        start_timeout: seconds a new harness has to say ``Hello``.
+        delivery_attempts: how many times ``deliver`` tries, each through ``start_agent``.
+        state_dir: sessions' directories and the event log (default: the socket's directory).
+        env: the harnesses' base environment (default: this process's).
+        reap_orphans: make this process a subreaper and reap every zombie child no ``Child``
+            answers for (what ``tether agentd`` does; leave it off when embedding the daemon
+            in a process whose other children are waited for elsewhere).
+    """
+
+    def __init__(
+        self,
+        store: EpochStore,
+        socket_path: str | os.PathLike[str],
+        harness_argv: Sequence[str],
+        *,
+        heartbeat: float = 1.0,
+        miss_limit: int = 3,
+        restart_limit: tuple[int, float] = (5, 60.0),
+        grace: float = 2.0,
+        start_timeout: float = 10.0,
+        delivery_attempts: int = 3,
+        state_dir: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        reap_orphans: bool = False,
+    ) -> None:
+        if not harness_argv:
+            raise ValueError("harness_argv must name a program")
+        if heartbeat <= 0 or miss_limit < 1 or delivery_attempts < 1:
+            raise ValueError("heartbeat, miss_limit and delivery_attempts must be positive")
+        self.store = store
+        self.socket_path = os.fspath(socket_path)
+        self.harness_argv = tuple(harness_argv)
+        self.heartbeat = heartbeat
+        self.miss_limit = miss_limit
+        self.restart_limit = restart_limit
+        self.grace = grace
+        self.start_timeout = start_timeout
+        self.delivery_attempts = delivery_attempts
+        self.state_dir = os.fspath(
+            state_dir if state_dir is not None else os.path.dirname(self.socket_path)
+        )
+        self.env = dict(os.environ if env is None else env)
+        self.reap_orphans = reap_orphans
+        self.events = EventLog(None)
+        self._sessions: dict[str, _Session] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def __repr__(self) -> str:
+        return f"<tether.Agentd {self.socket_path!r} sessions={len(self._sessions)}>"
+
+    @property
+    def patience(self) -> float:
+        """Seconds without a sign of life that make a harness a phantom."""
+        return self.miss_limit * self.heartbeat
+
+    # -- running ----------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def running(
+        self, *, stop_harnesses: bool = False, log_path: str | os.PathLike[str] | None = None
+    ) -> AsyncIterator[Agentd]:
+        """Serve the socket, adopt the live harnesses the store records, redeliver queued
+        prompts, and watch every harness until the block exits.
+
+        Harnesses keep running when the block exits unless ``stop_harnesses``; a later daemon
+        on the same store adopts them. Events go to ``log_path`` (default
+        ``<state_dir>/agentd.events.jsonl``) as JSON lines.
+        """
+        if self._nursery is not None:
+            raise RuntimeError("this Agentd is already running")
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        self.events = EventLog(
+            log_path
+            if log_path is not None
+            else os.path.join(self.state_dir, "agentd.events.jsonl")
+        )
+        if self.reap_orphans:
+            become_subreaper()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._adopt_all()
+                await nursery.start(serve, self.socket_path, self._handle)
+                nursery.start_soon(self._watchdog, name="agentd watchdog")
+                for queued in await self.store.pending():
+                    nursery.start_soon(self._redeliver, queued, name=f"redeliver {queued.id}")
+                try:
+                    yield self
+                finally:
+                    if stop_harnesses:
+                        with trio.CancelScope(shield=True):
+                            await self._stop_all()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._nursery = None
+            self.events.close()
+
+    def subscribe(self, capacity: int = 1024) -> Receiver[AgentEvent]:
+        """Every event from now on, on a channel of its own; close the receiver to stop."""
+        return self.events.subscribe(capacity)
+
+    def _spawn_task(self, fn: Any, *args: Any, name: str) -> None:
+        if self._nursery is None:
+            raise RuntimeError("the daemon is not running: use `async with agentd.running()`")
+        self._nursery.start_soon(fn, *args, name=name)
+
+    def _emit(
+        self,
+        session: _Session,
+        kind: str,
+        harness: _Harness | None = None,
+        detail: str = "",
+        *,
+        epoch: int | None = None,
+    ) -> None:
+        event = AgentEvent(
+            session.name,
+            kind,
+            epoch if epoch is not None else (harness.epoch if harness else None),
+            harness.ref.pid if harness else None,
+            detail,
+        )
+        session.last_event = kind if not detail else f"{kind}: {detail}"
+        self.events.emit(event)
+
+    def _session(self, name: str) -> _Session:
+        session = self._sessions.get(name)
+        if session is None:
+            if not _SESSION_NAME.fullmatch(name):
+                raise ValueError(
+                    f"session name {name!r}: use 1 to 128 letters, digits, '.', '_' or '-',"
+                    " starting with a letter or digit"
+                )
+            session = self._sessions[name] = _Session(name)
+        return session
+
+    # -- adoption after a restart -----------------------------------------------------------
+
+    async def _adopt_all(self) -> None:
+        for name in await self.store.sessions():
+            record = await self.store.record(name)
+            if record is None or not _SESSION_NAME.fullmatch(name):
+                continue
+            session = self._session(name)
+            session.known = True
+            session.restarts = record.restarts
+            session.state = record.state
+            session.reason = record.reason
+            if record.pid is None or record.create_time is None or record.epoch is None:
+                continue
+            ref = _identify(record)
+            if ref is None:
+                session.state = (
+                    "dead" if record.state not in ("failed", "stopped") else record.state
+                )
+                self._emit(
+                    session,
+                    "exited",
+                    epoch=record.epoch,
+                    detail=f"pid {record.pid} is gone (found dead after a restart)",
+                )
+                continue
+            harness = _Harness(ref, record.epoch, None, since=trio.current_time())
+            session.harness = harness
+            if record.state not in ("failed",):
+                session.state = "disconnected"
+            self._emit(
+                session, "adopted", harness, f"waiting {self.patience:.1f}s for it to reconnect"
+            )
+            self._spawn_task(self._watch_exit, session, harness, name=f"watch {name}")
+
+    # -- connections ------------------------------------------------------------------------
+
+    async def _handle(self, connection: Connection) -> None:
+        with trio.move_on_after(self.start_timeout) as first:
+            message = await connection.receive()
+        if first.cancelled_caught:
+            raise ProtocolError(f"no first message within {self.start_timeout:.1f}s")
+        if isinstance(message, Control):
+            await self._control(connection, message)
+        elif isinstance(message, Hello):
+            await self._harness_connection(connection, message)
+        else:
+            raise ProtocolError(
+                f"the first message must be hello or control, not {type(message).__name__}"
+            )
+
+    async def _harness_connection(self, connection: Connection, hello: Hello) -> None:
+        if hello.pid != connection.peer.pid:
+            raise ProtocolError(
+                f"hello names pid {hello.pid} but the peer is pid {connection.peer.pid}"
+            )
+        try:
+            session = self._session(hello.session)
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        try:
+            ref = ProcessRef.of(hello.pid)
+        except ProcessLookupError:
+            return
+        current = await self.store.current(session.name)
+        if current != hello.epoch:
+            await connection.send(Superseded(session.name, hello.epoch, current or 0))
+            stale = _Harness(ref, hello.epoch, None, since=trio.current_time())
+            self._emit(session, "superseded", stale, f"current epoch is {current}")
+            self._spawn_task(self._confirm_exit, session, stale, name=f"superseded {hello.pid}")
+            return
+        harness = session.harness
+        if harness is None or harness.ref != ref or harness.epoch != hello.epoch:
+            raise ProtocolError(
+                f"pid {hello.pid} is not the harness agentd started for session"
+                f" {session.name} epoch {hello.epoch}"
+            )
+        old = harness.link
+        if old is not None:  # it reconnected before we saw the old connection drop
+            old.close()
+            await old.connection.aclose()
+        link = Link(connection, ref, hello.epoch)
+        if not await link.send(Welcome(session.name, hello.epoch, self.heartbeat)):
+            return
+        harness.link = link
+        harness.linked.set()
+        session.state = "attached"
+        first_hello = not harness.hello.is_set()
+        harness.hello.set()
+        self._emit(session, "attached", harness, "" if first_hello else "reconnected")
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._heartbeat, session, harness, link, nursery.cancel_scope)
+                await self._read(link)
+                nursery.cancel_scope.cancel()
+        finally:
+            link.close()
+            if harness.link is link:
+                harness.link = None
+                harness.linked = trio.Event()
+                harness.since = trio.current_time()
+                if not harness.exited.is_set() and harness.retired is None:
+                    session.state = "disconnected"
+                    self._emit(session, "detached", harness)
+
+    async def _read(self, link: Link) -> None:
+        async for message in link.connection:
+            if isinstance(message, Pong):
+                link.pong(message.seq)
+            elif isinstance(message, Bye):
+                return
+            elif isinstance(message, Error):
+                logger.warning("harness pid %d refused a frame: %s", link.ref.pid, message.reason)
+                return
+            else:
+                raise ProtocolError(f"unexpected {type(message).__name__} from a harness")
+
+    async def _heartbeat(
+        self, session: _Session, harness: _Harness, link: Link, scope: trio.CancelScope
+    ) -> None:
+        while not link.closed:
+            await trio.sleep(self.heartbeat)
+            silent = trio.current_time() - link.last_pong
+            if silent > self.patience:
+                self._emit(
+                    session,
+                    "phantom",
+                    harness,
+                    f"no pong for {silent:.1f}s ({self.miss_limit} heartbeats)",
+                )
+                scope.cancel()
+                self._spawn_task(self._retire, session, harness, "phantom", name="retire phantom")
+                return
+            await link.ping()
+
+    # -- the watchdog -----------------------------------------------------------------------
+
+    async def _watchdog(self) -> None:
+        """Once a heartbeat: a live harness without a connection for ``patience`` is a
+        phantom; adopted harnesses are polled for exit; orphans are reaped if we own them."""
+        while True:
+            await trio.sleep(self.heartbeat)
+            now = trio.current_time()
+            for session in list(self._sessions.values()):
+                harness = session.harness
+                if harness is None or not _awaiting_connection(harness):
+                    continue
+                if now - harness.since > self.patience:
+                    self._emit(
+                        session, "phantom", harness, f"no connection for {now - harness.since:.1f}s"
+                    )
+                    self._spawn_task(self._retire, session, harness, "phantom", name="retire")
+            if self.reap_orphans:
+                for pid, code in reap_orphans():
+                    logger.info("reaped orphan pid %d (exit status %d)", pid, code)
+
+    async def _watch_exit(self, session: _Session, harness: _Harness) -> None:
+        """Wait for the harness to exit (through its pidfd if ours, else by polling its
+        identity), reap it, record the code and say so."""
+        if harness.child is not None:
+            harness.code = await harness.child.wait()
+        else:
+            await _wait_gone(harness.ref, self.heartbeat)
+            harness.code = reap(harness.ref)
+        harness.exited.set()
+        link = harness.link
+        if link is not None:
+            link.close()
+            with contextlib.suppress(trio.ClosedResourceError):
+                await link.connection.aclose()
+        if session.harness is harness and harness.retired is None:
+            session.state = "dead"
+            with trio.CancelScope(shield=True):
+                await self._save(session, harness, state="exited", pid=None)
+                await self._sweep(session, harness)
+        code = "unknown (not our child)" if harness.code is None else str(harness.code)
+        self._emit(session, "exited", harness, f"code {code}")
+
+    async def _sweep(self, session: _Session, harness: _Harness) -> None:
+        """Stop what a dead harness left behind: processes still marked with its epoch."""
+        left = set(find_twins(session.name, epoch=harness.epoch))
+        if left:
+            logger.warning(
+                "session %s: stopping %d processes left by epoch %d",
+                session.name,
+                len(left),
+                harness.epoch,
+            )
+            for ref in left:
+                await stop_tree(ref, self.grace)
+
+    async def _retire(self, session: _Session, harness: _Harness, why: str) -> None:
+        """Stop the harness's tree and reap it; idempotent, and every caller waits for it."""
+        if harness.retired is not None:
+            await harness.retired.wait()
+            return
+        harness.retired = trio.Event()
+        with trio.CancelScope(shield=True):
+            link = harness.link
+            if link is not None:
+                link.close()
+                with contextlib.suppress(trio.ClosedResourceError):
+                    await link.connection.aclose()
+            if not harness.exited.is_set():
+                logger.info(
+                    "session %s: stopping harness pid %d (%s)", session.name, harness.ref.pid, why
+                )
+                survivors = await stop_tree(harness.ref, self.grace)
+                for survivor in survivors:
+                    logger.error("session %s: %s survived", session.name, survivor.describe())
+                with trio.move_on_after(1.0):
+                    await harness.exited.wait()
+            await self._sweep(session, harness)
+            if session.harness is harness:
+                session.state = "dead"
+                await self._save(session, harness, state="exited", pid=None)
+            harness.retired.set()
+
+    async def _confirm_exit(self, session: _Session, stale: _Harness) -> None:
+        """A superseded harness must exit within ``grace``; if not, its tree is stopped."""
+        with trio.move_on_after(self.grace):
+            await _wait_gone(stale.ref, 0.02)
+        if stale.ref.is_alive():
+            self._emit(
+                session, "superseded", stale, f"still alive after {self.grace:.1f}s; stopping it"
+            )
+            await stop_tree(stale.ref, self.grace)
+        if session.harness is not None and session.harness.ref == stale.ref:
+            return  # its own watcher reports the exit
+        code = reap(stale.ref)
+        self._emit(
+            session, "exited", stale, f"code {'unknown (not our child)' if code is None else code}"
+        )
+
+    # -- the decision -----------------------------------------------------------------------
+
+    async def start_agent(self, session_name: str) -> Attached:
+        """Make sure the session has one healthy harness attached; say how.
+
+        Bounded by ``2 * patience + 2 * grace + 1 + start_timeout`` seconds.
+
+        Raises:
+            SessionFailed: the session hit its restart limit (until ``reset``).
+            StartFailed: a fresh harness never said ``Hello``; it was stopped.
+            SpawnError: the harness program cannot be executed.
+            RuntimeError: the daemon is not running.
+        """
+        session = self._session(session_name)
+        async with session.lock:
+            if session.state == "failed":
+                raise SessionFailed(session.name, session.reason or "failed")
+            harness = session.harness
+            if harness is not None and not harness.exited.is_set():
+                current = await self.store.current(session.name)
+                if harness.epoch != current:
+                    await self._supersede(session, harness, current)
+                elif await self._healthy(harness):
+                    assert harness.link is not None
+                    if await harness.link.send(Nudge()):
+                        self._emit(session, "reattached", harness)
+                        return Attached(session.name, harness.ref.pid, harness.epoch, "reattached")
+                else:
+                    if harness.retired is None:
+                        self._emit(
+                            session,
+                            "phantom",
+                            harness,
+                            f"no answer within {self.patience:.1f}s of its last sign of life",
+                        )
+                    await self._retire(session, harness, "phantom")
+            return await self._spawn(session, "respawned" if session.known else "spawned")
+
+    async def _healthy(self, harness: _Harness) -> bool:
+        """Whether the harness's loop answers a ping before ``patience`` passes since its last
+        sign of life; waits for a reconnect meanwhile."""
+        last = harness.since if harness.link is None else max(harness.since, harness.link.last_pong)
+        with trio.move_on_at(last + self.patience):
+            while not harness.exited.is_set() and harness.retired is None:
+                link = harness.link
+                if link is None:
+                    await harness.linked.wait()
+                elif await link.roundtrip():
+                    return True
+        return False
+
+    async def _supersede(self, session: _Session, harness: _Harness, current: int | None) -> None:
+        link = harness.link
+        if link is not None:
+            await link.send(Superseded(session.name, harness.epoch, current or 0))
+        self._emit(session, "superseded", harness, f"current epoch is {current}")
+        with trio.move_on_after(self.grace):
+            await harness.exited.wait()
+        await self._retire(session, harness, "superseded")
+
+    async def _spawn(self, session: _Session, how: How) -> Attached:
+        if how == "respawned":
+            self._count_restart(session)
+        epoch = await self.store.bump(session.name)
+        directory = os.path.join(self.state_dir, session.name)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        env = {
+            **self.env,
+            "TETHER_SESSION": session.name,
+            "TETHER_EPOCH": str(epoch),
+            "TETHER_AGENTD": self.socket_path,
+            "TETHER_STATE_DIR": directory,
+            "TETHER_GRACE": str(self.grace),
+        }
+        log = os.open(
+            os.path.join(directory, "harness.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
+        try:
+            child = await start(
+                self.harness_argv, env=env, name="harness", grace=self.grace, output=log
+            )
+        finally:
+            os.close(log)
+        harness = _Harness(child.ref, epoch, child, since=trio.current_time())
+        session.harness = harness
+        session.known = True
+        session.state = "starting"
+        self._spawn_task(self._watch_exit, session, harness, name=f"watch {session.name}")
+        await self._save(session, harness, state="starting")
+        self._emit(session, how, harness)
+        with trio.move_on_after(self.start_timeout):
+            async with trio.open_nursery() as race:
+                race.start_soon(_set_after, harness.hello, race.cancel_scope)
+                race.start_soon(_set_after, harness.exited, race.cancel_scope)
+        if harness.hello.is_set() and not harness.exited.is_set():
+            await self._save(session, harness, state="running")
+            return Attached(session.name, harness.ref.pid, epoch, how)
+        if harness.exited.is_set():
+            reason = f"the harness exited with code {harness.code} before saying hello"
+        else:
+            reason = f"the harness did not say hello within {self.start_timeout:.1f}s"
+        self._emit(session, "spawn_failed", harness, reason)
+        await self._retire(session, harness, "no hello")
+        raise StartFailed(session.name, reason)
+
+    def _count_restart(self, session: _Session) -> None:
+        limit, window = self.restart_limit
+        now = trio.current_time()
+        while session.recent and now - session.recent[0] > window:
+            session.recent.popleft()
+        if len(session.recent) >= limit:
+            reason = f"restart limit: more than {limit} restarts in {window:g}s"
+            session.state = "failed"
+            session.reason = reason
+            self._emit(session, "failed", session.harness, reason)
+            self._spawn_task(self._save_failed, session, name="save failed")
+            raise SessionFailed(session.name, reason)
+        session.recent.append(now)
+        session.restarts += 1
+
+    async def _save_failed(self, session: _Session) -> None:
+        await self._save(session, None, state="failed", pid=None)
+
+    async def _save(
+        self, session: _Session, harness: _Harness | None, *, state: str, pid: int | None = -1
+    ) -> None:
+        epoch = (
+            harness.epoch if harness is not None else (await self.store.current(session.name) or 0)
+        )
+        keep = harness is not None and pid == -1
+        record = SessionRecord(
+            pid=harness.ref.pid if keep and harness else None,
+            create_time=harness.ref.create_time if keep and harness else None,
+            boot_id=boot_id(),
+            state=state,
+            restarts=session.restarts,
+            reason=session.reason,
+        )
+        try:
+            await self.store.save(session.name, record, epoch=epoch)
+        except EpochSuperseded as exc:  # a newer epoch wrote it (another daemon): theirs stands
+            logger.warning("session %s: record not saved: %s", session.name, exc)
+
+    # -- delivery ---------------------------------------------------------------------------
+
+    async def deliver(self, session_name: str, prompt: str | Prompt) -> Delivered:
+        """Queue ``prompt`` durably, then hand it to the session's harness, starting or
+        replacing it through ``start_agent``, at most ``delivery_attempts`` times.
+
+        A prompt counts as delivered once the harness's connection loop has read it (a ping
+        sent after it was answered). Delivery is at least once: after a daemon crash, queued
+        prompts are sent again with the same ``id``.
+
+        Raises:
+            DeliveryFailed: naming every attempt and why it failed.
+        """
+        session = self._session(session_name)
+        if isinstance(prompt, str):
+            prompt = Prompt(uuid.uuid4().hex, prompt, {})
+        await self.store.enqueue(QueuedPrompt(session.name, prompt.id, prompt.text, prompt.meta))
+        failures: list[str] = []
+        for attempt in range(1, self.delivery_attempts + 1):
+            await self.store.attempted(session.name, prompt.id)
+            outcome = await self._attempt(session, prompt)
+            if isinstance(outcome, Attached):
+                self._emit(
+                    session, "delivered", session.harness, f"prompt {prompt.id} attempt {attempt}"
+                )
+                await self.store.settle(session.name, prompt.id, "delivered")
+                return Delivered(session.name, prompt.id, outcome.pid, outcome.epoch, attempt)
+            failures.append(f"attempt {attempt}: {outcome}")
+            self._emit(
+                session,
+                "delivery_attempt",
+                session.harness,
+                f"prompt {prompt.id} attempt {attempt} failed: {outcome}",
+            )
+            if session.state == "failed":
+                break
+        error = DeliveryFailed(session.name, prompt.id, failures)
+        self._emit(session, "delivery_failed", None, error.reason)
+        await self.store.settle(session.name, prompt.id, f"failed: {error.reason}")
+        raise error
+
+    async def _attempt(self, session: _Session, prompt: Prompt) -> Attached | str:
+        try:
+            attached = await self.start_agent(session.name)
+        except (SessionFailed, StartFailed, SpawnError) as exc:
+            return str(exc)
+        harness = session.harness
+        link = harness.link if harness is not None else None
+        if link is None:
+            return "the harness lost its connection before the prompt was sent"
+        with trio.move_on_after(self.patience):
+            if await link.send(prompt) and await link.roundtrip():
+                return attached
+            return "the connection closed before the harness read the prompt"
+        return f"the harness did not confirm the prompt within {self.patience:.1f}s"
+
+    async def _redeliver(self, queued: QueuedPrompt) -> None:
+        with contextlib.suppress(DeliveryFailed, ValueError):
+            await self.deliver(queued.session, Prompt(queued.id, queued.text, queued.meta))
+
+    # -- stop, reset, status ----------------------------------------------------------------
+
+    async def stop_agent(self, session_name: str) -> None:
+        """Stop the session's harness tree (SIGINT first, so it seals its calls) and record
+        the session as ``stopped``. Bounded by ``2 * grace + 2`` seconds."""
+        session = self._session(session_name)
+        async with session.lock:
+            harness = session.harness
+            if harness is not None and not harness.exited.is_set():
+                await self._retire(session, harness, "stopped by request")
+            session.state = "stopped"
+            await self._save(session, harness, state="stopped", pid=None)
+            self._emit(session, "stopped", harness)
+
+    async def reset(self, session_name: str) -> None:
+        """Clear a failed session's failure and its restart count."""
+        session = self._session(session_name)
+        async with session.lock:
+            session.recent.clear()
+            session.reason = None
+            if session.state == "failed":
+                session.state = "stopped"
+            await self._save(session, None, state=session.state, pid=None)
+            self._emit(session, "reset")
+
+    def status(self) -> list[SessionStatus]:
+        """One row per session, sorted by name."""
+        now = trio.current_time()
+        rows = []
+        for name in sorted(self._sessions):
+            session = self._sessions[name]
+            harness = session.harness
+            alive = harness is not None and not harness.exited.is_set()
+            link = harness.link if harness is not None else None
+            rows.append(
+                SessionStatus(
+                    session=name,
+                    state=session.state,
+                    epoch=harness.epoch if harness is not None else None,
+                    pid=harness.ref.pid if alive and harness is not None else None,
+                    heartbeat_age=round(now - link.last_pong, 3) if link is not None else None,
+                    restarts=session.restarts,
+                    last_event=session.last_event,
+                )
+            )
+        return rows
+
+    def attached(self) -> dict[str, int]:
+        """Session name to the pid of its attached harness, for every attached session."""
+        return {
+            name: session.harness.ref.pid
+            for name, session in self._sessions.items()
+            if session.harness is not None and session.harness.link is not None
+        }
+
+    async def _stop_all(self) -> None:
+        async with trio.open_nursery() as nursery:
+            for session in self._sessions.values():
+                if session.harness is not None and not session.harness.exited.is_set():
+                    nursery.start_soon(self.stop_agent, session.name)
+
+    # -- the control protocol ---------------------------------------------------------------
+
+    async def _control(self, connection: Connection, request: Control) -> None:
+        try:
+            result = await self._run_control(request)
+        except (DeliveryFailed, SessionFailed, StartFailed, SpawnError, ValueError) as exc:
+            await connection.send(Error(str(exc)))
+            return
+        await connection.send(Reply(result))
+
+    async def _run_control(self, request: Control) -> dict[str, Any]:
+        if request.op == "ps":
+            return {"sessions": [row.to_json() for row in self.status()]}
+        if request.op == "start":
+            return attrs.asdict(await self.start_agent(request.session))
+        if request.op == "send":
+            return attrs.asdict(await self.deliver(request.session, request.text))
+        if request.op == "stop":
+            await self.stop_agent(request.session)
+            return {"session": request.session, "state": "stopped"}
+        if request.op == "reset":
+            await self.reset(request.session)
+            return {"session": request.session, "state": "reset"}
+        raise ProtocolError(f"unknown control op {request.op!r}")
+
+
+def _awaiting_connection(harness: _Harness) -> bool:
+    """A live harness that ought to be connected and is not (one we just spawned has the
+    start timeout instead, and one being retired is already dealt with)."""
+    if harness.exited.is_set() or harness.retired is not None or harness.link is not None:
+        return False
+    return harness.hello.is_set() or harness.child is None
+
+
+async def _wait_gone(ref: ProcessRef, cap: float) -> None:
+    """Poll until ``ref`` has exited (gone, or a zombie), backing off up to ``cap`` seconds."""
+    delay = 0.005
+    while ref.state() not in (None, "Z"):
+        await trio.sleep(delay)
+        delay = min(delay * 2, cap)
+
+
+def _identify(record: SessionRecord) -> ProcessRef | None:
+    """The recorded harness, if the very same process still runs (same boot, pid and
+    creation time); ``None`` otherwise."""
+    if record.pid is None or record.boot_id != boot_id():
+        return None
+    try:
+        ref = ProcessRef.of(record.pid)
+    except ProcessLookupError:
+        return None
+    if not math.isclose(ref.create_time, record.create_time or 0.0, abs_tol=1e-6):
+        return None
+    return ref if ref.is_alive() else None
+
+
+async def _set_after(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

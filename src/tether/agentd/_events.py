@@ -1,0 +1,97 @@
+"""``AgentEvent`` and ``EventLog``: every state change of every session, as a JSON line and on a
+channel per subscriber.
+
+Kinds: ``spawned``, ``respawned``, ``attached``, ``reattached``, ``adopted``, ``detached``,
+``phantom``, ``superseded``, ``exited``, ``spawn_failed``, ``stopped``, ``delivery_attempt``,
+``delivered``, ``delivery_failed``, ``failed``, ``reset``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import IO, Any
+
+import attrs
+import trio
+
+from ..channels import Receiver, Sender, SendError, channel
+
+logger = logging.getLogger("tether.agentd")
+
+
+@attrs.frozen
+class AgentEvent:
+    """One state change of one session."""
+
+    session: str
+    kind: str
+    epoch: int | None = None
+    pid: int | None = None
+    detail: str = ""
+    at: float = attrs.field(factory=time.time)
+    """Wall-clock time (seconds since the epoch), for people and other hosts."""
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    def describe(self) -> str:
+        parts = [f"session={self.session}", self.kind]
+        if self.epoch is not None:
+            parts.append(f"epoch={self.epoch}")
+        if self.pid is not None:
+            parts.append(f"pid={self.pid}")
+        if self.detail:
+            parts.append(self.detail)
+        return " ".join(parts)
+
+
+class EventLog:
+    """Appends each event to a JSON-lines file (if given), logs it on ``tether.agentd`` and
+    hands it to every subscriber.
+
+    A subscriber that falls ``capacity`` events behind is cut off (its channel closes after
+    what it has buffered, and that is logged), so a slow reader never stalls the daemon.
+    Lines are flushed, not fsynced: the log is a record for people, the store is the truth.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+        if path is not None:
+            self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self._subscribers: list[Sender[AgentEvent]] = []
+
+    def emit(self, event: AgentEvent) -> None:
+        logger.info("%s", event.describe())
+        if self._file is not None:
+            self._file.write(json.dumps(event.to_json(), separators=(",", ":")) + "\n")
+        for subscriber in list(self._subscribers):
+            try:
+                subscriber.try_send(event)
+            except trio.WouldBlock:
+                logger.warning("an event subscriber fell behind and was cut off")
+                self._drop(subscriber)
+            except SendError:
+                self._drop(subscriber)
+
+    def _drop(self, subscriber: Sender[AgentEvent]) -> None:
+        subscriber.close()
+        self._subscribers.remove(subscriber)
+
+    def subscribe(self, capacity: int = 1024) -> Receiver[AgentEvent]:
+        """A receiver of every event from now on; close it to unsubscribe."""
+        tx, rx = channel(AgentEvent, capacity, name="agentd events")
+        self._subscribers.append(tx)
+        return rx
+
+    def close(self) -> None:
+        """Close the file and end every subscription."""
+        for subscriber in self._subscribers:
+            subscriber.close()
+        self._subscribers.clear()
+        if self._file is not None:
+            self._file.close()
+            self._file = None

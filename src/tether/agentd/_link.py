@@ -1,0 +1,74 @@
+"""``Link``: the daemon's side of one attached harness connection, and its heartbeat.
+
+Health comes only from the harness's connection loop answering pings on this connection
+(systemd's watchdog rule): ``last_pong`` moves when, and only when, a ``Pong`` arrives.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from ..channels import ChannelClosed
+from ..process import ProcessRef
+from ..wire import Connection, Message, Ping, ProtocolError
+
+
+class Link:
+    """One attached harness: send with ``send`` (one sender at a time), probe with
+    ``roundtrip``; ``pong(seq)`` is fed by the task that reads the connection."""
+
+    def __init__(self, connection: Connection, ref: ProcessRef, epoch: int) -> None:
+        self.connection = connection
+        self.ref = ref
+        self.epoch = epoch
+        self.last_pong = trio.current_time()
+        self.closed = False
+        self._send_lock = trio.Lock()
+        self._seq = 0
+        self._acked = 0
+        self._changed = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<Link pid={self.ref.pid} epoch={self.epoch} acked={self._acked}>"
+
+    async def send(self, message: Message) -> bool:
+        """Send ``message``; whether it was written (``False`` once the peer is gone)."""
+        if self.closed:
+            return False
+        async with self._send_lock:
+            try:
+                await self.connection.send(message)
+            except (ChannelClosed, ProtocolError, trio.ClosedResourceError):
+                self.close()
+                return False
+        return True
+
+    async def ping(self) -> int:
+        """Send the next ``Ping``; its seq (0 if the link is closed)."""
+        self._seq += 1
+        seq = self._seq
+        return seq if await self.send(Ping(seq)) else 0
+
+    def pong(self, seq: int) -> None:
+        """Record the harness's answer to ``Ping(seq)``."""
+        if seq > self._acked:
+            self._acked = seq
+        self.last_pong = trio.current_time()
+        self._wake()
+
+    async def roundtrip(self) -> bool:
+        """Ping now and wait for the answer; ``False`` if the link closes first. Every message
+        sent before is then known to have been read by the harness's loop, in order."""
+        seq = await self.ping()
+        while seq and self._acked < seq and not self.closed:
+            await self._changed.wait()
+        return bool(seq) and self._acked >= seq
+
+    def close(self) -> None:
+        """Mark the link closed and wake every waiter; the connection's task closes it."""
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()

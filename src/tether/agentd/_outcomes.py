@@ -1,0 +1,79 @@
+"""What agentd's calls return or raise: every outcome is a value or a typed error with a reason."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+How = Literal["spawned", "reattached", "respawned"]
+
+
+@attrs.frozen
+class Attached:
+    """``start_agent``'s answer: the session's harness is this pid, at this epoch, and ``how``
+    it came to be attached."""
+
+    session: str
+    pid: int
+    epoch: int
+    how: How
+
+
+@attrs.frozen
+class Delivered:
+    """``deliver``'s answer: the harness's connection loop took prompt ``prompt_id``."""
+
+    session: str
+    prompt_id: str
+    pid: int
+    epoch: int
+    attempts: int
+
+
+@attrs.frozen
+class SessionStatus:
+    """One row of ``tether ps``."""
+
+    session: str
+    state: str
+    epoch: int | None
+    pid: int | None
+    heartbeat_age: float | None
+    """Seconds since the harness last answered a ping (``None``: never attached)."""
+    restarts: int
+    last_event: str
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+class AgentdError(Exception):
+    """Base of agentd's errors; each names the session and why."""
+
+    def __init__(self, session: str, reason: str) -> None:
+        super().__init__(f"session {session!r}: {reason}")
+        self.session = session
+        self.reason = reason
+
+
+class StartFailed(AgentdError):
+    """A harness was started but never said ``Hello`` (it exited, or the start timeout passed);
+    it was stopped and counted as a restart."""
+
+
+class SessionFailed(AgentdError):
+    """The session hit its restart limit; it stays failed until ``Agentd.reset``."""
+
+
+class DeliveryFailed(AgentdError):
+    """Every delivery attempt failed; ``attempts`` says how each one did."""
+
+    def __init__(self, session: str, prompt_id: str, attempts: list[str]) -> None:
+        super().__init__(
+            session,
+            f"prompt {prompt_id} not delivered after {len(attempts)} attempts: "
+            + "; ".join(attempts),
+        )
+        self.prompt_id = prompt_id
+        self.attempts = attempts

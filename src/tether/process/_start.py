@@ -1,0 +1,96 @@
+"""``start`` and ``stop_tree``: a child that no group owns, and stopping any tree by identity.
+
+A supervisor that must outlive its own restarts (agentd) cannot hold its children in a
+``ChildGroup``, whose exit stops them all. It starts them with ``start``, remembers their
+``ProcessRef`` somewhere durable, and stops a tree with ``stop_tree`` when it decides to, with
+the same escalation a group's exit uses.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import psutil
+import trio
+
+from ._child import Child
+from ._proc import read_stat
+from ._ref import ProcessRef
+from ._registry import SPAWNED
+from ._spawn import spawn_process
+from ._teardown import stop_processes, tree_of
+
+
+async def start(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    grace: float = 2.0,
+    output: int | None = None,
+) -> Child:
+    """Start ``argv`` in its own session and process group, owned by no group.
+
+    The caller answers for it: ``await child.wait()`` reaps it, ``await child.stop()`` stops
+    its tree. ``output``, an open file descriptor, receives its stdout and stderr (stdin is
+    then ``/dev/null``).
+
+    Raises:
+        SpawnError: the program cannot be executed; nothing was started.
+    """
+    full_env = dict(os.environ if env is None else env)
+    pid = spawn_process(argv, full_env, None if cwd is None else os.fspath(cwd), output=output)
+    child = Child._create(ProcessRef.of(pid), argv, name or os.path.basename(argv[0]), grace)
+    await trio.lowlevel.checkpoint()
+    return child
+
+
+async def stop_tree(root: ProcessRef, grace: float) -> list[ProcessRef]:
+    """Stop ``root`` and its descendants (SIGINT, SIGTERM + SIGCONT, SIGKILL, each after
+    ``grace``) and reap the zombies that are ours; the processes still there at the end.
+
+    ``root`` need not be our child: one adopted by identity after a restart is stopped just
+    the same, and its zombie is left to its parent. Bounded by ``2 * grace + 1`` seconds.
+    """
+    return await stop_processes(lambda: tree_of(root), [root], grace)
+
+
+def reap(ref: ProcessRef) -> int | None:
+    """If ``ref`` has exited and is our child, reap it; its exit status (``-signo`` if a
+    signal killed it), else ``None``. Not a checkpoint.
+
+    A child started through tether is reaped through its ``Child``, which keeps the status.
+    """
+    child = SPAWNED.get(ref.pid)
+    if child is not None:
+        return child.poll()
+    if ref.state() != "Z" or ref.ppid() != os.getpid():
+        return None
+    try:
+        pid, status = os.waitpid(ref.pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if pid else None
+
+
+def reap_orphans() -> list[tuple[int, int]]:
+    """Reap our zombie children that no ``Child`` answers for; ``(pid, status)`` of each.
+
+    Only for a process that owns every child it has, such as a subreaper daemon: the status
+    is taken from whoever else might have waited for it.
+    """
+    me = os.getpid()
+    reaped: list[tuple[int, int]] = []
+    for pid in (child.pid for child in psutil.Process(me).children()):
+        stat = read_stat(pid)
+        if stat is None or stat.state != "Z" or stat.ppid != me or pid in SPAWNED:
+            continue
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        if done:
+            reaped.append((pid, os.waitstatus_to_exitcode(status)))
+    return reaped
