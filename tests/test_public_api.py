@@ -8,6 +8,7 @@ from importlib.resources import files
 from pathlib import Path
 
 import tether
+import tether.agentd
 import tether.channels
 import tether.epochs
 import tether.harness
@@ -35,10 +36,29 @@ PUBLIC = {
     },
     "tether.signals": {"SignalEvent"},
     "tether.process": {"Child", "ChildGroup", "ProcessRef", "SpawnError", "find_twins"},
-    "tether.epochs": {"EpochStore", "SessionRecord", "SqliteEpochStore", "Superseded"},
+    "tether.epochs": {
+        "EpochStore",
+        "QueuedPrompt",
+        "SessionRecord",
+        "SqliteEpochStore",
+        "Superseded",
+    },
     "tether.journal": {"JournalError", "ToolCall", "ToolResult", "Transcript"},
     "tether.harness": {"HarnessContext", "run_harness"},
+    "tether.agentd": {
+        "AgentEvent",
+        "Agentd",
+        "AgentdError",
+        "Attached",
+        "Delivered",
+        "DeliveryFailed",
+        "SessionFailed",
+        "SessionStatus",
+        "StartFailed",
+    },
 }
+# Lower-level tools that stay in their subpackage: what a supervisor needs, not an engine.
+PROCESS_TOOLS = {"become_subreaper", "boot_id", "reap", "reap_orphans", "start", "stop_tree"}
 
 # DESIGN.md's layers, bottom first; a module may import only from layers before its own.
 LAYERS = [
@@ -71,7 +91,8 @@ def test_top_level_reexports_every_public_name() -> None:
 
 def test_subpackages_list_what_they_export() -> None:
     assert set(tether.channels.__all__) == PUBLIC["tether.channels"]
-    assert set(tether.process.__all__) == PUBLIC["tether.process"]
+    assert set(tether.process.__all__) == PUBLIC["tether.process"] | PROCESS_TOOLS
+    assert set(tether.agentd.__all__) == PUBLIC["tether.agentd"]
     assert set(tether.signals.__all__) == PUBLIC["tether.signals"] | {"receive"}
     assert set(tether.epochs.__all__) == PUBLIC["tether.epochs"]
     # The wire's message classes stay in tether.wire: ``tether.Superseded`` is the exception.

@@ -3,6 +3,15 @@
 This module only re-exports the public names of ``DESIGN.md``; each lives in its layer.
 """
 
+from .agentd import Agentd as Agentd
+from .agentd import AgentdError as AgentdError
+from .agentd import AgentEvent as AgentEvent
+from .agentd import Attached as Attached
+from .agentd import Delivered as Delivered
+from .agentd import DeliveryFailed as DeliveryFailed
+from .agentd import SessionFailed as SessionFailed
+from .agentd import SessionStatus as SessionStatus
+from .agentd import StartFailed as StartFailed
 from .channels import ChannelClosed as ChannelClosed
 from .channels import ChannelStatistics as ChannelStatistics
 from .channels import Holder as Holder
@@ -18,6 +27,7 @@ from .channels import channel as channel
 from .channels import oneshot as oneshot
 from .channels import watch as watch
 from .epochs import EpochStore as EpochStore
+from .epochs import QueuedPrompt as QueuedPrompt
 from .epochs import SessionRecord as SessionRecord
 from .epochs import SqliteEpochStore as SqliteEpochStore
 from .epochs import Superseded as Superseded
@@ -37,6 +47,16 @@ from .signals import SignalEvent as SignalEvent
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AgentEvent",
+    "Agentd",
+    "AgentdError",
+    "Attached",
+    "Delivered",
+    "DeliveryFailed",
+    "SessionFailed",
+    "SessionStatus",
+    "StartFailed",
+    "QueuedPrompt",
     "ChannelClosed",
     "ChannelStatistics",
     "Child",

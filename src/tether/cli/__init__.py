@@ -1,5 +1,5 @@
-"""The ``tether`` command: ``tether demo`` and ``tether transcript show|repair`` today; ``run``,
-``agentd`` and ``ps`` arrive with the layers they drive."""
+"""The ``tether`` command: ``demo``, ``agentd``, ``ps``, ``start``, ``send``, ``stop``, ``reset``
+and ``transcript show|repair``; ``run`` arrives with issue 9."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import trio
 
-from . import _transcript
+from . import _agentd, _transcript
 from ._demo import demo
 
 
@@ -21,11 +21,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     transcript = commands.add_parser("transcript", help="read or repair a session transcript")
     transcript.add_argument("action", choices=("show", "repair"))
     transcript.add_argument("path")
+    _agentd.add_commands(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return trio.run(demo, sys.stdout)
     if args.command == "transcript":
         return _transcript.run(args.action, args.path, sys.stdout)
+    if args.command in ("agentd", "ps", "start", "send", "stop", "reset"):
+        return _agentd.run(args, sys.stdout)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
 
 

@@ -36,7 +36,7 @@ async def stop_processes(
     """
     targets: set[ProcessRef] = set()
     for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT)):
-        targets |= collect()
+        targets |= _unfinished(collect(), targets)
         if not targets:
             return []
         if sig == signal.SIGKILL:
@@ -47,10 +47,17 @@ async def stop_processes(
             _deliver(signal.SIGCONT, targets, groups)
         with trio.move_on_after(wait):
             await _wait_gone(targets)
-    survivors = sorted(targets | collect(), key=lambda ref: ref.pid)
+    survivors = sorted(targets | _unfinished(collect(), targets), key=lambda ref: ref.pid)
     for survivor in survivors:
         logger.error("survived SIGKILL: %s state=%s", survivor.describe(), survivor.state())
     return survivors
+
+
+def _unfinished(found: set[ProcessRef], targets: set[ProcessRef]) -> set[ProcessRef]:
+    """``found`` less the zombies that are done with: ours are reaped here, and another
+    parent's are its own business (a slow init may keep one for a while)."""
+    pids = {ref.pid for ref in found | targets}
+    return {ref for ref in found if not (ref.state() == "Z" and _reap(ref, pids))}
 
 
 def _deliver(sig: int, targets: set[ProcessRef], groups: Collection[ProcessRef]) -> None:

@@ -1,0 +1,153 @@
+"""``tether agentd`` (the daemon in the foreground) and the commands that talk to it:
+``tether ps``, ``start``, ``send``, ``stop``, ``reset``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any, TextIO
+
+import trio
+
+from .. import signals
+from ..agentd import Agentd, AgentdError
+from ..agentd._client import default_socket, request
+from ..epochs import EpochStore, SqliteEpochStore
+
+logger = logging.getLogger("tether.cli")
+
+
+def add_commands(commands: Any) -> None:
+    """Register ``agentd``, ``ps``, ``start``, ``send``, ``stop`` and ``reset``."""
+    daemon = commands.add_parser("agentd", help="run the session daemon in the foreground")
+    daemon.add_argument("--socket", default=default_socket(), help="its Unix socket")
+    daemon.add_argument(
+        "--store", default=None, help="sqlite:PATH or PATH (default: epochs.sqlite3 by the socket)"
+    )
+    daemon.add_argument("--state-dir", default=None, help="sessions' directories and the log")
+    daemon.add_argument("--heartbeat", type=float, default=1.0)
+    daemon.add_argument("--miss-limit", type=int, default=3)
+    daemon.add_argument("--grace", type=float, default=2.0)
+    daemon.add_argument("--restart-limit", type=int, default=5)
+    daemon.add_argument("--restart-window", type=float, default=60.0)
+    daemon.add_argument(
+        "--stop-harnesses", action="store_true", help="stop every harness when the daemon stops"
+    )
+    daemon.add_argument("harness", nargs="*", help="after --: how to start a harness")
+    ps = commands.add_parser("ps", help="list the daemon's sessions")
+    ps.add_argument("--socket", default=default_socket())
+    ps.add_argument("--json", action="store_true")
+    for op, text in (("start", False), ("send", True), ("stop", False), ("reset", False)):
+        sub = commands.add_parser(op, help=f"{op} a session through the running daemon")
+        sub.add_argument("--socket", default=default_socket())
+        sub.add_argument("session")
+        if text:
+            sub.add_argument("text")
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Run one of the commands ``add_commands`` registered; the exit status."""
+    if args.command == "agentd":
+        args.socket = os.path.abspath(args.socket)
+        return trio.run(_daemon, args)
+    try:
+        result = trio.run(
+            request,
+            args.socket,
+            args.command,
+            getattr(args, "session", ""),
+            getattr(args, "text", ""),
+        )
+    except AgentdError as exc:
+        print(f"tether {args.command}: {exc.reason}", file=sys.stderr)
+        return 1
+    if args.command == "ps" and not args.json:
+        out.write(table(result["sessions"]))
+    else:
+        out.write(json.dumps(result, indent=None if args.command != "ps" else 2) + "\n")
+    return 0
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The ``tether ps`` table."""
+    header = ("SESSION", "STATE", "EPOCH", "PID", "HEARTBEAT", "RESTARTS", "LAST EVENT")
+    lines = [header]
+    for row in rows:
+        age = row["heartbeat_age"]
+        lines.append(
+            (
+                row["session"],
+                row["state"],
+                "-" if row["epoch"] is None else str(row["epoch"]),
+                "-" if row["pid"] is None else str(row["pid"]),
+                "-" if age is None else f"{age:.1f}s ago",
+                str(row["restarts"]),
+                row["last_event"],
+            )
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return "".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=False))
+        + "  "
+        + line[-1]
+        + "\n"
+        for line in lines
+    )
+
+
+def open_store(spec: str) -> EpochStore:
+    """The store named on the command line: ``sqlite:PATH`` or a plain path."""
+    path = spec.removeprefix("sqlite:")
+    return SqliteEpochStore(path)
+
+
+async def _daemon(args: argparse.Namespace) -> int:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+        )
+    socket_path = args.socket
+    directory = os.path.dirname(socket_path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    harness = args.harness or [sys.executable, "-m", "tether.harness.example"]
+    # Signals first: the store's worker thread must start with them blocked.
+    async with signals.receive(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as events:
+        store = open_store(args.store or os.path.join(directory, "epochs.sqlite3"))
+        try:
+            agentd = Agentd(
+                store,
+                socket_path,
+                harness,
+                heartbeat=args.heartbeat,
+                miss_limit=args.miss_limit,
+                restart_limit=(args.restart_limit, args.restart_window),
+                grace=args.grace,
+                state_dir=args.state_dir,
+                reap_orphans=True,
+            )
+            async with agentd.running(stop_harnesses=args.stop_harnesses):
+                logger.info(
+                    "agentd pid %d serving %s; harness: %s",
+                    os.getpid(),
+                    socket_path,
+                    " ".join(harness),
+                )
+                event = await events.recv()
+                started = time.monotonic()
+                logger.info(
+                    "stopping (%s)%s",
+                    event.describe(),
+                    "; stopping every harness"
+                    if args.stop_harnesses
+                    else "; harnesses keep running",
+                )
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+    logger.info("agentd stopped in %.3fs", time.monotonic() - started)
+    return 0
