@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import attrs
+import psutil
 import trio
 
 from ..channels import Receiver
@@ -486,7 +487,15 @@ class Agentd:
             harness.retired.set()
 
     async def _confirm_exit(self, session: _Session, stale: _Harness) -> None:
-        """A superseded harness must exit within ``grace``; if not, its tree is stopped."""
+        """A superseded harness must exit within ``grace``; if not, its tree is stopped (never
+        this process's own tree: a peer that is our ancestor is only told)."""
+        if _is_self_or_ancestor(stale.ref.pid):
+            logger.warning(
+                "session %s: pid %d is this daemon or its ancestor; not stopping it",
+                session.name,
+                stale.ref.pid,
+            )
+            return
         with trio.move_on_after(self.grace):
             await _wait_gone(stale.ref, 0.02)
         if stale.ref.is_alive():
@@ -514,7 +523,9 @@ class Agentd:
             SpawnError: the harness program cannot be executed.
             RuntimeError: the daemon is not running.
         """
-        session = self._session(session_name)
+        return await self._start(self._session(session_name), nudge=True)
+
+    async def _start(self, session: _Session, *, nudge: bool) -> Attached:
         async with session.lock:
             if session.state == "failed":
                 raise SessionFailed(session.name, session.reason or "failed")
@@ -525,6 +536,8 @@ class Agentd:
                     await self._supersede(session, harness, current)
                 elif await self._healthy(harness):
                     assert harness.link is not None
+                    if not nudge:  # a prompt follows, which is nudge enough
+                        return Attached(session.name, harness.ref.pid, harness.epoch, "reattached")
                     if await harness.link.send(Nudge()):
                         self._emit(session, "reattached", harness)
                         return Attached(session.name, harness.ref.pid, harness.epoch, "reattached")
@@ -687,7 +700,7 @@ class Agentd:
 
     async def _attempt(self, session: _Session, prompt: Prompt) -> Attached | str:
         try:
-            attached = await self.start_agent(session.name)
+            attached = await self._start(session, nudge=False)
         except (SessionFailed, StartFailed, SpawnError) as exc:
             return str(exc)
         harness = session.harness
@@ -805,6 +818,18 @@ async def _wait_gone(ref: ProcessRef, cap: float) -> None:
     while ref.state() not in (None, "Z"):
         await trio.sleep(delay)
         delay = min(delay * 2, cap)
+
+
+def _is_self_or_ancestor(pid: int) -> bool:
+    ancestor: int | None = os.getpid()
+    while ancestor:
+        if ancestor == pid:
+            return True
+        try:
+            ancestor = psutil.Process(ancestor).ppid()
+        except psutil.Error:
+            return False
+    return False
 
 
 def _identify(record: SessionRecord) -> ProcessRef | None:

@@ -4,10 +4,11 @@ Its engine records each prompt, runs a child agent for it through ``ctx.tool`` a
 answer. The child agent is a Python script that streams a line every 0.1 s, starts a ``setsid``
 grandchild, and on SIGINT writes ``agent got SIGINT`` to ``$TETHER_EXAMPLE_SIGNAL_FILE`` (if
 set) and exits 0 (with ``TETHER_EXAMPLE_STUBBORN=1`` it ignores SIGINT, so stopping it takes
-the SIGTERM step). A prompt with ``meta={"wedge": True}`` blocks the whole process, a phantom
-for agentd to find. With ``TETHER_EXAMPLE_STRAY_CLONE=1`` the engine commits incident 004's bug:
-it upgrades its weak sender and keeps the strong one. Settings come from the environment that
-agentd sets (see ``run_harness``); the tests and the demo drive it.
+the SIGTERM step). With ``TETHER_EXAMPLE_WEDGE_FILE=path`` the first harness to see that file
+appear removes it and blocks its whole process: a phantom for agentd to find. With
+``TETHER_EXAMPLE_STRAY_CLONE=1`` the engine commits incident 004's bug: it upgrades its weak
+sender and keeps the strong one. Settings come from the environment that agentd sets (see
+``run_harness``); the tests and the demo drive it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import logging
 import os
 import sys
 import time
+
+import trio
 
 from ..channels import Receiver
 from ..wire import Prompt
@@ -42,16 +45,34 @@ for i in range(int(sys.argv[1])):
 
 async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
     """Answer each prompt by running one child agent for it."""
+    wedge = os.environ.get("TETHER_EXAMPLE_WEDGE_FILE")
+    async with trio.open_nursery() as nursery:
+        if wedge:
+            nursery.start_soon(_wedge_when, wedge)
+        await _answer(commands, ctx)
+        nursery.cancel_scope.cancel()
+
+
+async def _wedge_when(path: str) -> None:
+    """A test switch: once ``path`` exists, remove it and block the whole trio run, so the
+    connection loop stops answering pings and signals go unread while the pid lives on (a
+    phantom, and only one: the file is gone for the next harness)."""
+    while True:
+        await trio.sleep(0.02)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        logger.warning("wedging this harness (test switch %s)", path)
+        time.sleep(3600)  # noqa: ASYNC251
+
+
+async def _answer(commands: Receiver[Command], ctx: HarnessContext) -> None:
     logger.info("engine started: %d dangling tool calls", len(ctx.transcript.dangling()))
     stray = ctx.requeue.upgrade() if os.environ.get("TETHER_EXAMPLE_STRAY_CLONE") else None
     async for command in commands:
         if not isinstance(command, Prompt):
             continue
-        if command.meta.get("wedge"):
-            # A test switch: block the whole trio run, so the connection loop stops answering
-            # pings and signals go unread while the pid lives on (a phantom).
-            logger.warning("wedging this harness (test switch)")
-            time.sleep(3600)  # noqa: ASYNC251
         await ctx.transcript.append_message("user", command.text)
         steps = str(command.meta.get("steps", 1_000_000))
 

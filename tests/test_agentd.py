@@ -1,0 +1,359 @@
+"""tether.agentd with real harness processes (the example harness), a real socket and store.
+
+Each outcome of ``start_agent`` from its cause: spawned, reattached, a phantom replaced, a
+stale harness superseded, a SIGKILLed one respawned, a crash loop failed by the restart limit,
+a daemon restart that adopts instead of duplicating; and the event log as the witness that no
+two harnesses of a session are ever attached at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psutil
+import pytest
+import trio
+
+from helpers import kill_marked, marked, python, unique_session, wait_until, zombie_children
+from tether import (
+    Agentd,
+    DeliveryFailed,
+    SessionFailed,
+    SqliteEpochStore,
+    StartFailed,
+    wire,
+)
+from tether.epochs import QueuedPrompt
+
+HEARTBEAT = 0.2
+MISS = 3
+GRACE = 0.2
+PATIENCE = HEARTBEAT * MISS
+EXAMPLE = [sys.executable, "-m", "tether.harness.example"]
+
+
+@attrs.define
+class Daemon:
+    agentd: Agentd
+    store: SqliteEpochStore
+    directory: Path
+
+    @property
+    def wedge(self) -> Path:
+        return self.directory / "wedge"
+
+    def events(self, session: str | None = None) -> list[dict[str, Any]]:
+        return events(self.directory, session)
+
+
+def events(directory: Path, session: str | None = None) -> list[dict[str, Any]]:
+    """The daemon's event log, across its restarts (they append to one file)."""
+    path = directory / "agentd.events.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [row for row in rows if session is None or row["session"] == session]
+
+
+def make_agentd(store: SqliteEpochStore, directory: Path, **options: Any) -> Agentd:
+    env = {
+        **os.environ,
+        "TETHER_EXAMPLE_SIGNAL_FILE": str(directory / "signals.txt"),
+        "TETHER_EXAMPLE_WEDGE_FILE": str(directory / "wedge"),
+        "TETHER_RECONNECT_FOR": "5",
+    }
+    settings: dict[str, Any] = {
+        "heartbeat": HEARTBEAT,
+        "miss_limit": MISS,
+        "grace": GRACE,
+        "start_timeout": 5.0,
+        "env": env,
+        **options,
+    }
+    argv = settings.pop("argv", EXAMPLE)
+    return Agentd(store, directory / "agentd.sock", argv, **settings)
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Iterator[Path]:
+    tmp_path.chmod(0o700)
+    yield tmp_path
+    for row in events(tmp_path):
+        kill_marked(row["session"])
+
+
+@asynccontextmanager
+async def running(directory: Path, *, stop: bool = True, **options: Any) -> AsyncIterator[Daemon]:
+    async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
+        agentd = make_agentd(store, directory, **options)
+        async with agentd.running(stop_harnesses=stop):
+            yield Daemon(agentd, store, directory)
+
+
+def harness_processes(session: str) -> list[psutil.Process]:
+    """Live (not zombie) harness processes of the session: not their children, even one
+    caught between fork and exec with its parent's command line."""
+    found = []
+    for process in marked(session):
+        try:
+            if "tether.harness.example" in process.cmdline() and process.status() != "zombie":
+                found.append(process)
+        except psutil.Error:
+            continue
+    pids = {process.pid for process in found}
+    return [process for process in found if process.ppid() not in pids]
+
+
+def of_epoch(session: str, epoch: int) -> list[psutil.Process]:
+    found = []
+    for process in marked(session):
+        try:
+            if process.environ().get("TETHER_EPOCH") == str(epoch):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+GONE = ("detached", "phantom", "superseded", "exited", "stopped")
+
+
+def never_two_attached(rows: list[dict[str, Any]]) -> None:
+    """From the event log: an ``attached`` of a session while another pid of it is still
+    attached (no ``detached``, ``phantom``, ``superseded`` or ``exited`` between) fails."""
+    attached: dict[str, int] = {}
+    for row in rows:
+        session, pid = row["session"], row["pid"]
+        if row["kind"] == "attached":
+            other = attached.get(session)
+            assert other in (None, pid), f"{session}: pid {pid} attached while {other} was"
+            attached[session] = pid
+        elif row["kind"] in GONE and attached.get(session) == pid:
+            del attached[session]
+
+
+def transcript_text(directory: Path, session: str) -> str:
+    path = directory / session / f"{session}.jsonl"
+    return path.read_text() if path.exists() else ""
+
+
+async def test_spawn_then_reattach_then_deliver(directory: Path) -> None:
+    session = unique_session()
+    async with running(directory) as daemon:
+        first = await daemon.agentd.start_agent(session)
+        assert (first.how, first.epoch) == ("spawned", 1)
+        again = await daemon.agentd.start_agent(session)
+        assert (again.how, again.pid, again.epoch) == ("reattached", first.pid, 1)
+        delivered = await daemon.agentd.deliver(session, wire.Prompt("p1", "hello there", {}))
+        assert (delivered.prompt_id, delivered.pid, delivered.attempts) == ("p1", first.pid, 1)
+        await wait_until(lambda: "hello there" in transcript_text(directory, session))
+        assert await daemon.store.pending() == []
+        (row,) = daemon.agentd.status()
+        assert (row.state, row.pid, row.epoch, row.restarts) == ("attached", first.pid, 1, 0)
+    kinds = [row["kind"] for row in events(directory, session)]
+    assert kinds[:2] == ["spawned", "attached"]
+    assert "delivered" in kinds
+    assert kinds[-1] == "stopped"
+    assert harness_processes(session) == []
+    assert zombie_children() == []
+
+
+async def test_a_phantom_is_replaced_within_the_bound_and_its_tree_is_gone(
+    directory: Path,
+) -> None:
+    session = unique_session()
+    async with running(directory) as daemon:
+        old = await daemon.agentd.start_agent(session)
+        await daemon.agentd.deliver(session, "run an agent")  # a tree: agent + setsid sleep
+        await wait_until(lambda: len(of_epoch(session, old.epoch)) >= 3)
+        daemon.wedge.touch()
+        await wait_until(lambda: not daemon.wedge.exists())  # the harness took it and froze
+        started = time.monotonic()
+        fresh = await daemon.agentd.start_agent(session)
+        took = time.monotonic() - started
+        assert fresh.how == "respawned"
+        assert fresh.epoch > old.epoch
+        assert fresh.pid != old.pid
+        assert took <= PATIENCE + 1.0, f"phantom replaced in {took:.2f}s"
+        assert of_epoch(session, old.epoch) == []
+        assert not psutil.pid_exists(old.pid) or psutil.Process(old.pid).status() == "zombie"
+        delivered = await daemon.agentd.deliver(session, "are you there")
+        assert (delivered.pid, delivered.attempts) == (fresh.pid, 1)
+        kinds = [row["kind"] for row in events(directory, session)]
+        assert "phantom" in kinds
+    never_two_attached(events(directory))
+    await wait_until(lambda: zombie_children() == [])
+
+
+async def test_a_sigkilled_harness_is_respawned_by_the_next_delivery(directory: Path) -> None:
+    session = unique_session()
+    async with running(directory) as daemon:
+        old = await daemon.agentd.start_agent(session)
+        await daemon.agentd.deliver(session, "run an agent")
+        await wait_until(lambda: len(of_epoch(session, old.epoch)) >= 3)
+        os.kill(old.pid, 9)
+        await wait_until(lambda: any(r["kind"] == "exited" for r in events(directory, session)))
+        delivered = await daemon.agentd.deliver(session, "again")
+        assert delivered.epoch > old.epoch
+        assert delivered.pid != old.pid
+        exited = [r for r in events(directory, session) if r["kind"] == "exited"]
+        assert exited[0]["pid"] == old.pid
+        assert exited[0]["detail"] == "code -9"
+        # what the killed harness left (its agent and the agent's setsid sleeper) is gone
+        await wait_until(lambda: of_epoch(session, old.epoch) == [])
+        assert [p.pid for p in harness_processes(session)] == [delivered.pid]
+    never_two_attached(events(directory))
+    await wait_until(lambda: zombie_children() == [])
+
+
+async def test_a_stale_harness_reconnecting_is_superseded_and_exits_75(directory: Path) -> None:
+    session = unique_session()
+    async with running(directory, stop=False) as daemon:
+        old = await daemon.agentd.start_agent(session)
+    async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
+        assert await store.bump(session) == old.epoch + 1  # another daemon reclaimed it
+    async with running(directory) as daemon:
+
+        def told() -> bool:
+            rows = events(directory, session)
+            return any(r["kind"] == "exited" and r["pid"] == old.pid for r in rows)
+
+        await wait_until(told, timeout=5)
+        rows = events(directory, session)
+        superseded = [r for r in rows if r["kind"] == "superseded"]
+        assert superseded[0]["pid"] == old.pid
+        assert superseded[0]["detail"] == f"current epoch is {old.epoch + 1}"
+        assert [r["detail"] for r in rows if r["kind"] == "exited"] == ["code 75"]
+        fresh = await daemon.agentd.start_agent(session)
+        assert (fresh.how, fresh.epoch) == ("respawned", old.epoch + 2)
+        assert [p.pid for p in harness_processes(session)] == [fresh.pid]
+    never_two_attached(events(directory))
+
+
+async def test_a_daemon_restart_adopts_live_harnesses_instead_of_duplicating(
+    directory: Path,
+) -> None:
+    sessions = [unique_session(), unique_session()]
+    async with running(directory, stop=False) as daemon:
+        first = {s: await daemon.agentd.start_agent(s) for s in sessions}
+    async with running(directory) as daemon:
+        for session in sessions:
+            again = await daemon.agentd.start_agent(session)
+            assert (again.how, again.pid, again.epoch) == (
+                "reattached",
+                first[session].pid,
+                first[session].epoch,
+            )
+            assert len(harness_processes(session)) == 1
+        adopted = [r["session"] for r in events(directory) if r["kind"] == "adopted"]
+        assert sorted(adopted) == sorted(sessions)
+    never_two_attached(events(directory))
+    for session in sessions:
+        assert harness_processes(session) == []
+
+
+async def test_a_crash_loop_fails_the_session_at_the_restart_limit(directory: Path) -> None:
+    session = unique_session()
+    crash = python("import sys; sys.exit(3)")
+    started = time.monotonic()
+    async with running(directory, argv=crash, restart_limit=(2, 60.0)) as daemon:
+        with pytest.raises(DeliveryFailed) as first:
+            await daemon.agentd.deliver(session, "hello")
+        assert len(first.value.attempts) == 3
+        assert "exited with code 3 before saying hello" in first.value.attempts[0]
+        with pytest.raises(DeliveryFailed) as second:
+            await daemon.agentd.deliver(session, "hello again")
+        assert "restart limit: more than 2 restarts in 60s" in str(second.value)
+        with pytest.raises(SessionFailed):
+            await daemon.agentd.start_agent(session)
+        (row,) = daemon.agentd.status()
+        assert (row.state, row.restarts) == ("failed", 2)
+        assert len(await daemon.store.pending()) == 0  # both settled as failed
+        await daemon.agentd.reset(session)
+        with pytest.raises(StartFailed):
+            await daemon.agentd.start_agent(session)
+    assert time.monotonic() - started < 15
+    kinds = [r["kind"] for r in events(directory, session)]
+    assert kinds.count("spawn_failed") == 4
+    assert "failed" in kinds
+    assert "delivery_failed" in kinds
+    assert "reset" in kinds
+
+
+async def test_a_harness_that_never_says_hello_is_killed_and_reported(directory: Path) -> None:
+    session = unique_session()
+    mute = python("import signal; signal.pause()")
+    async with running(directory, argv=mute, start_timeout=0.5) as daemon:
+        with pytest.raises(StartFailed, match=r"did not say hello within 0\.5s"):
+            await daemon.agentd.start_agent(session)
+        rows = events(directory, session)
+        assert [r["kind"] for r in rows] == ["spawned", "spawn_failed", "exited"]
+        assert not psutil.pid_exists(rows[0]["pid"])
+
+
+async def test_queued_prompts_are_redelivered_after_a_daemon_crash(directory: Path) -> None:
+    session = unique_session()
+    async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
+        # what a daemon that died between queueing and sending leaves behind
+        await store.enqueue(QueuedPrompt(session, "lost-1", "do not lose me"))
+    async with running(directory) as daemon:
+        await wait_until(lambda: "do not lose me" in transcript_text(directory, session))
+        await wait_until(lambda: any(r["kind"] == "delivered" for r in events(directory, session)))
+        assert await daemon.store.pending() == []
+
+
+async def test_bad_peers_close_their_own_connection_only(directory: Path) -> None:
+    session = unique_session()
+    async with running(directory) as daemon:
+        attached = await daemon.agentd.start_agent(session)
+        socket_path = str(directory / "agentd.sock")
+        # a Hello naming another pid than the peer's
+        async with await wire.connect(socket_path) as liar:
+            await liar.send(wire.Hello(session, attached.epoch, attached.pid, 0.0))
+            answer = await liar.receive()
+        assert isinstance(answer, wire.Error)
+        assert "but the peer is pid" in answer.reason
+        # the right pid (ours) but not the harness agentd started for this epoch
+        me = psutil.Process()
+        async with await wire.connect(socket_path) as impostor:
+            await impostor.send(wire.Hello(session, attached.epoch, me.pid, me.create_time()))
+            answer = await impostor.receive()
+        assert isinstance(answer, wire.Error)
+        assert "is not the harness" in answer.reason
+        # a stale epoch from a process that is not a harness: Superseded, naming the current
+        async with await wire.connect(socket_path) as stale:
+            await stale.send(wire.Hello(session, 0, me.pid, me.create_time()))
+            answer = await stale.receive()
+        assert answer == wire.Superseded(session, 0, attached.epoch)
+        # an unknown control op
+        async with await wire.connect(socket_path) as client:
+            await client.send(wire.Control("explode"))
+            answer = await client.receive()
+        assert isinstance(answer, wire.Error)
+        assert "unknown control op" in answer.reason
+        again = await daemon.agentd.start_agent(session)
+        assert (again.how, again.pid) == ("reattached", attached.pid)
+
+
+async def test_events_reach_subscribers(directory: Path) -> None:
+    session = unique_session()
+    async with running(directory) as daemon:
+        feed = daemon.agentd.subscribe()
+        await daemon.agentd.start_agent(session)
+        kinds = [(await feed.recv()).kind for _ in range(2)]
+        feed.close()
+    assert kinds == ["spawned", "attached"]
+
+
+def test_a_session_name_must_be_safe_for_a_path(tmp_path: Path) -> None:
+    agentd = Agentd(SqliteEpochStore(tmp_path / "e.db"), tmp_path / "a.sock", EXAMPLE)
+    with pytest.raises(ValueError, match="session name"):
+        trio.run(agentd.start_agent, "../etc")
