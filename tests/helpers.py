@@ -120,3 +120,14 @@ def _status(process: psutil.Process) -> str | None:
         return str(process.status())
     except psutil.Error:
         return None
+
+
+def reap_zombie_children() -> bool:
+    """Reap this process's zombie children, as init would for orphans reparented to it (the
+    suite is a subreaper); whether none is left."""
+    for zombie in zombie_children():
+        try:
+            os.waitpid(zombie.pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+    return zombie_children() == []

@@ -8,9 +8,11 @@ two harnesses of a session are ever attached at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -21,8 +23,18 @@ import attrs
 import psutil
 import pytest
 import trio
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
-from helpers import kill_marked, marked, python, unique_session, wait_until, zombie_children
+from helpers import (
+    kill_marked,
+    marked,
+    python,
+    reap_zombie_children,
+    unique_session,
+    wait_until,
+    zombie_children,
+)
 from tether import (
     Agentd,
     DeliveryFailed,
@@ -136,7 +148,7 @@ def never_two_attached(rows: list[dict[str, Any]]) -> None:
             other = attached.get(session)
             assert other in (None, pid), f"{session}: pid {pid} attached while {other} was"
             attached[session] = pid
-        elif row["kind"] in GONE and attached.get(session) == pid:
+        elif row["kind"] in GONE and session in attached and attached[session] == pid:
             del attached[session]
 
 
@@ -357,3 +369,78 @@ def test_a_session_name_must_be_safe_for_a_path(tmp_path: Path) -> None:
     agentd = Agentd(SqliteEpochStore(tmp_path / "e.db"), tmp_path / "a.sock", EXAMPLE)
     with pytest.raises(ValueError, match="session name"):
         trio.run(agentd.start_agent, "../etc")
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["start", "deliver", "deliver", "kill", "wedge", "stale", "restart"]),
+        st.integers(0, 1),
+    ),
+    min_size=5,
+    max_size=10,
+)
+
+
+@settings(
+    phases=[Phase.reuse, Phase.generate],
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+@given(ops=OPS)
+async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> None:
+    """Random sequences of start, deliver, SIGKILL, wedge (a phantom), daemon restart and a
+    stale epoch (another daemon reclaimed the session), against real harnesses. After every
+    step: at most one harness per session runs and at most one is attached (by the event
+    log); epochs only grow, strictly on every spawn; every deliver ends within its bound."""
+    sessions = [unique_session(), unique_session()]
+    epochs = dict.fromkeys(sessions, 0)
+    bound = 3 * (2 * PATIENCE + 2 * GRACE + 1 + 2.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        directory.chmod(0o700)
+        try:
+            async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
+                async with contextlib.AsyncExitStack() as daemon:
+                    agentd = make_agentd(store, directory, start_timeout=2.0)
+                    await daemon.enter_async_context(agentd.running())
+                    for op, index in ops:
+                        session = sessions[index]
+                        if op == "restart":
+                            await daemon.aclose()
+                            agentd = make_agentd(store, directory, start_timeout=2.0)
+                            await daemon.enter_async_context(agentd.running())
+                        elif op == "start":
+                            attached = await agentd.start_agent(session)
+                            assert attached.epoch >= epochs[session]
+                            if attached.how != "reattached":
+                                assert attached.epoch > epochs[session]
+                            epochs[session] = attached.epoch
+                        elif op == "deliver":
+                            with trio.fail_after(bound):
+                                try:
+                                    delivered = await agentd.deliver(session, "hello")
+                                except DeliveryFailed:
+                                    pass
+                                else:
+                                    assert delivered.epoch >= epochs[session]
+                                    epochs[session] = delivered.epoch
+                        elif op == "kill":
+                            for process in harness_processes(session):
+                                process.kill()
+                        elif op == "wedge":
+                            (directory / "wedge").touch()
+                        elif op == "stale":
+                            epochs[session] = await store.bump(session)
+                        never_two_attached(events(directory))
+                        for name in sessions:
+                            assert len(harness_processes(name)) <= 1, f"{name} after {op}"
+                async with make_agentd(store, directory).running(stop_harnesses=True):
+                    pass
+        finally:
+            for name in sessions:
+                kill_marked(name)
+            await wait_until(lambda: all(marked(name) == [] for name in sessions))
+            # A harness SIGKILLed while its daemon was down leaves orphans with the nearest
+            # subreaper, this test process: it reaps them, as init would.
+            await wait_until(reap_zombie_children)

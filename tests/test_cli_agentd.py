@@ -6,7 +6,6 @@ daemon on the same store adopts them (``reattached``, same pid); ``--stop-harnes
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ from pathlib import Path
 import psutil
 import trio
 
-from helpers import kill_marked, marked, unique_session, wait_until, zombie_children
+from helpers import kill_marked, marked, reap_zombie_children, unique_session, wait_until
 
 TETHER = [sys.executable, "-m", "tether"]
 
@@ -105,7 +104,7 @@ async def test_the_daemon_survives_its_restart_without_duplicating_harnesses(
             assert await stop(second) == 0
         # The harness tree was stopped. Orphaned by the first daemon, its processes were
         # reparented to the nearest subreaper, this test, which must reap them as init would.
-        await wait_until(lambda: marked(session) == [] and _reap_zombies())
+        await wait_until(lambda: marked(session) == [] and reap_zombie_children())
     finally:
         kill_marked(session)
 
@@ -114,11 +113,3 @@ async def test_commands_without_a_daemon_fail_with_a_reason(tmp_path: Path) -> N
     tmp_path.chmod(0o700)
     answer = await tether(tmp_path, "ps", check=False)
     assert answer.startswith("tether ps: no agentd at ")
-
-
-def _reap_zombies() -> bool:
-    """Reap this process's zombie children; whether none is left."""
-    for zombie in zombie_children():
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(zombie.pid, os.WNOHANG)
-    return zombie_children() == []

@@ -284,6 +284,8 @@ class Agentd:
                 continue
             ref = _identify(record)
             if ref is None:
+                _reap_recorded(record)
+                self._spawn_task(self._sweep, session, record.epoch, name=f"sweep {name}")
                 session.state = (
                     "dead" if record.state not in ("failed", "stopped") else record.state
                 )
@@ -442,19 +444,19 @@ class Agentd:
             session.state = "dead"
             with trio.CancelScope(shield=True):
                 await self._save(session, harness, state="exited", pid=None)
-                await self._sweep(session, harness)
+                await self._sweep(session, harness.epoch)
         code = "unknown (not our child)" if harness.code is None else str(harness.code)
         self._emit(session, "exited", harness, f"code {code}")
 
-    async def _sweep(self, session: _Session, harness: _Harness) -> None:
+    async def _sweep(self, session: _Session, epoch: int) -> None:
         """Stop what a dead harness left behind: processes still marked with its epoch."""
-        left = set(find_twins(session.name, epoch=harness.epoch))
+        left = set(find_twins(session.name, epoch=epoch))
         if left:
             logger.warning(
                 "session %s: stopping %d processes left by epoch %d",
                 session.name,
                 len(left),
-                harness.epoch,
+                epoch,
             )
             for ref in left:
                 await stop_tree(ref, self.grace)
@@ -480,7 +482,7 @@ class Agentd:
                     logger.error("session %s: %s survived", session.name, survivor.describe())
                 with trio.move_on_after(1.0):
                     await harness.exited.wait()
-            await self._sweep(session, harness)
+            await self._sweep(session, harness.epoch)
             if session.harness is harness:
                 session.state = "dead"
                 await self._save(session, harness, state="exited", pid=None)
@@ -830,6 +832,18 @@ def _is_self_or_ancestor(pid: int) -> bool:
         except psutil.Error:
             return False
     return False
+
+
+def _reap_recorded(record: SessionRecord) -> None:
+    """Reap the recorded harness if it is our zombie (a daemon restarted in-process)."""
+    if record.pid is None or record.create_time is None:
+        return
+    try:
+        ref = ProcessRef.of(record.pid)
+    except ProcessLookupError:
+        return
+    if math.isclose(ref.create_time, record.create_time, abs_tol=1e-6):
+        reap(ref)
 
 
 def _identify(record: SessionRecord) -> ProcessRef | None:
