@@ -39,6 +39,7 @@ from tether import (
     Agentd,
     DeliveryFailed,
     SessionFailed,
+    SpawnError,
     SqliteEpochStore,
     StartFailed,
     wire,
@@ -333,13 +334,15 @@ async def test_bad_peers_close_their_own_connection_only(directory: Path) -> Non
             answer = await liar.receive()
         assert isinstance(answer, wire.Error)
         assert "but the peer is pid" in answer.reason
-        # the right pid (ours) but not the harness agentd started for this epoch
+        # the current epoch, but another harness holds it: told to exit (but never stopped:
+        # the peer is this daemon's own process)
         me = psutil.Process()
         async with await wire.connect(socket_path) as impostor:
             await impostor.send(wire.Hello(session, attached.epoch, me.pid, me.create_time()))
             answer = await impostor.receive()
-        assert isinstance(answer, wire.Error)
-        assert "is not the harness" in answer.reason
+        assert answer == wire.Superseded(session, attached.epoch, attached.epoch)
+        refused = [r for r in events(directory, session) if r["kind"] == "superseded"]
+        assert refused[-1]["detail"] == f"another harness holds epoch {attached.epoch}"
         # a stale epoch from a process that is not a harness: Superseded, naming the current
         async with await wire.connect(socket_path) as stale:
             await stale.send(wire.Hello(session, 0, me.pid, me.create_time()))
@@ -444,3 +447,14 @@ async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> 
             # A harness SIGKILLed while its daemon was down leaves orphans with the nearest
             # subreaper, this test process: it reaps them, as init would.
             await wait_until(reap_zombie_children)
+
+
+async def test_a_harness_that_cannot_be_executed_is_named(directory: Path) -> None:
+    session = unique_session()
+    async with running(directory, argv=[str(directory / "no-such-harness")]) as daemon:
+        with pytest.raises(SpawnError, match="no-such-harness"):
+            await daemon.agentd.start_agent(session)
+        with pytest.raises(DeliveryFailed, match="cannot execute") as failed:
+            await daemon.agentd.deliver(session, "hello")
+        assert len(failed.value.attempts) == 3
+    assert events(directory, session)[0]["kind"] == "spawn_failed"

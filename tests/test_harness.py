@@ -276,3 +276,31 @@ async def test_a_second_signal_while_exiting_does_not_change_the_exit(tmp_path: 
             code, log, _ = await _exit_code(harness)
     assert code == 128 + signal.SIGTERM, log
     assert marked(session) == []
+
+
+async def test_a_daemon_that_only_refuses_ends_the_harness_instead_of_a_loop(
+    tmp_path: Path,
+) -> None:
+    """A daemon that accepts every connection and refuses every hello (``Error``) is no daemon:
+    the harness gives up after ``reconnect_for`` seconds without a welcome, as if it were gone."""
+    session = unique_session()
+    tmp_path.chmod(0o700)
+    path = tmp_path / "agentd.sock"
+    refusals: list[int] = []
+
+    async def refuse(connection: wire.Connection) -> None:
+        await connection.receive()
+        refusals.append(1)
+        await connection.send(wire.Error("not today"))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wire.serve, path, refuse)
+        daemon = FakeAgentd(path, 1)
+        harness = start_harness(session, 1, daemon, tmp_path)
+        async with cleanup(harness, session):
+            code, log, took = await _exit_code(harness)
+        nursery.cancel_scope.cancel()
+    assert code == EXIT_DAEMON_GONE, log
+    assert took <= 1.0 + BOUND
+    assert "has not welcomed this harness for 1.0s" in log
+    assert len(refusals) >= 3  # it did retry, with backoff, before giving up

@@ -335,18 +335,32 @@ class Agentd:
         except ProcessLookupError:
             return
         current = await self.store.current(session.name)
+        harness = session.harness
+        if (
+            current == hello.epoch
+            and (harness is None or harness.exited.is_set())
+            and ref.is_alive()
+        ):
+            # The holder of the current epoch, which this daemon has lost track of (its record
+            # was overwritten, or a stop did not take): it is the session's harness.
+            harness = session.harness = _Harness(ref, hello.epoch, None, trio.current_time())
+            self._emit(session, "adopted", harness, "it said hello with the current epoch")
+            self._spawn_task(self._watch_exit, session, harness, name=f"watch {session.name}")
+        refusal = None
         if current != hello.epoch:
+            refusal = f"current epoch is {current}"
+        elif harness is None or harness.ref != ref:
+            refusal = f"another harness holds epoch {current}"
+        elif harness.retired is not None:
+            refusal = "it is being stopped"
+        if refusal is not None:
             await connection.send(Superseded(session.name, hello.epoch, current or 0))
             stale = _Harness(ref, hello.epoch, None, since=trio.current_time())
-            self._emit(session, "superseded", stale, f"current epoch is {current}")
-            self._spawn_task(self._confirm_exit, session, stale, name=f"superseded {hello.pid}")
+            self._emit(session, "superseded", stale, refusal)
+            if harness is None or harness.ref != ref or harness.retired is None:
+                self._spawn_task(self._confirm_exit, session, stale, name=f"superseded {ref.pid}")
             return
-        harness = session.harness
-        if harness is None or harness.ref != ref or harness.epoch != hello.epoch:
-            raise ProtocolError(
-                f"pid {hello.pid} is not the harness agentd started for session"
-                f" {session.name} epoch {hello.epoch}"
-            )
+        assert harness is not None
         old = harness.link
         if old is not None:  # it reconnected before we saw the old connection drop
             old.close()
@@ -597,6 +611,9 @@ class Agentd:
             child = await start(
                 self.harness_argv, env=env, name="harness", grace=self.grace, output=log
             )
+        except SpawnError as exc:
+            self._emit(session, "spawn_failed", None, str(exc), epoch=epoch)
+            raise
         finally:
             os.close(log)
         harness = _Harness(child.ref, epoch, child, since=trio.current_time())

@@ -3,7 +3,8 @@
 It says ``Hello``; on ``Welcome`` it forwards prompts to the engine and answers every ``Ping``
 itself, so only a live loop looks alive (systemd's watchdog rule); on ``Superseded`` it returns
 and its sender, the last one, closes the engine's channel. If the daemon goes away it reconnects
-with backoff, and gives up after ``reconnect_for`` seconds without a connection.
+with backoff, and gives up after ``reconnect_for`` seconds without a welcome (a daemon that
+accepts the connection only to refuse every hello counts as gone too).
 """
 
 from __future__ import annotations
@@ -76,16 +77,26 @@ async def connection_loop(
                 await trio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
+            welcomed = trio.Event()
             async with connection:
                 try:
-                    result = await _converse(connection, hello, commands)
+                    result = await _converse(connection, hello, commands, welcomed)
                 except (ChannelClosed, ProtocolError) as exc:
                     logger.warning("lost agentd: %s; reconnecting", exc)
                     result = None
             if result is not None:
                 return result
-            last_seen = trio.current_time()
-            delay = 0.05
+            if welcomed.is_set():  # a daemon that only refuses us is no daemon
+                last_seen = trio.current_time()
+                delay = 0.05
+            elif trio.current_time() - last_seen > reconnect_for:
+                logger.error(
+                    "agentd at %s has not welcomed this harness for %.1fs", agentd, reconnect_for
+                )
+                return LoopResult(Ending.DAEMON_GONE)
+            else:
+                await trio.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
 
 async def _connect(agentd: str) -> Connection | OSError:
@@ -96,12 +107,13 @@ async def _connect(agentd: str) -> Connection | OSError:
 
 
 async def _converse(
-    connection: Connection, hello: Hello, commands: Sender[Command]
+    connection: Connection, hello: Hello, commands: Sender[Command], welcomed: trio.Event
 ) -> LoopResult | None:
     await connection.send(hello)
     while True:
         message = await connection.receive()
         if isinstance(message, Welcome):
+            welcomed.set()
             logger.info("welcomed by agentd: session %s epoch %d", message.session, message.epoch)
         elif isinstance(message, Superseded):
             logger.warning(
