@@ -31,6 +31,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/process.py
 	$(BIN)/python benchmarks/journal.py
 	$(BIN)/python benchmarks/harness.py
+	$(BIN)/python benchmarks/agentd.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

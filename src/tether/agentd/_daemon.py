@@ -375,10 +375,7 @@ class Agentd:
         harness.hello.set()
         self._emit(session, "attached", harness, "" if first_hello else "reconnected")
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._heartbeat, session, harness, link, nursery.cancel_scope)
-                await self._read(link)
-                nursery.cancel_scope.cancel()
+            await self._read(link)
         finally:
             link.close()
             if harness.link is link:
@@ -401,41 +398,38 @@ class Agentd:
             else:
                 raise ProtocolError(f"unexpected {type(message).__name__} from a harness")
 
-    async def _heartbeat(
-        self, session: _Session, harness: _Harness, link: Link, scope: trio.CancelScope
-    ) -> None:
-        while not link.closed:
-            await trio.sleep(self.heartbeat)
-            silent = trio.current_time() - link.last_pong
-            if silent > self.patience:
-                self._emit(
-                    session,
-                    "phantom",
-                    harness,
-                    f"no pong for {silent:.1f}s ({self.miss_limit} heartbeats)",
-                )
-                scope.cancel()
-                self._spawn_task(self._retire, session, harness, "phantom", name="retire phantom")
-                return
-            await link.ping()
-
     # -- the watchdog -----------------------------------------------------------------------
 
     async def _watchdog(self) -> None:
-        """Once a heartbeat: a live harness without a connection for ``patience`` is a
-        phantom; adopted harnesses are polled for exit; orphans are reaped if we own them."""
+        """Once a heartbeat, for every session: ping each attached harness, and call it a
+        phantom once it has not answered for ``patience``; a live harness without a
+        connection for ``patience`` is a phantom too. Orphans are reaped if we own them.
+
+        One task ticks for all sessions, so an idle daemon wakes once per heartbeat plus once
+        per pong, however many sessions it holds.
+        """
         while True:
             await trio.sleep(self.heartbeat)
             now = trio.current_time()
             for session in list(self._sessions.values()):
                 harness = session.harness
-                if harness is None or not _awaiting_connection(harness):
+                if harness is None or harness.retired is not None or harness.exited.is_set():
                     continue
-                if now - harness.since > self.patience:
-                    self._emit(
-                        session, "phantom", harness, f"no connection for {now - harness.since:.1f}s"
-                    )
-                    self._spawn_task(self._retire, session, harness, "phantom", name="retire")
+                link = harness.link
+                if link is not None:
+                    silent = now - link.last_pong
+                    if silent <= self.patience:
+                        # Only a full socket buffer blocks: a harness that stopped reading.
+                        with trio.move_on_after(self.heartbeat / 4):
+                            await link.ping()
+                        continue
+                    detail = f"no pong for {silent:.1f}s ({self.miss_limit} heartbeats)"
+                elif _awaiting_connection(harness) and now - harness.since > self.patience:
+                    detail = f"no connection for {now - harness.since:.1f}s"
+                else:
+                    continue
+                self._emit(session, "phantom", harness, detail)
+                self._spawn_task(self._retire, session, harness, "phantom", name="retire")
             if self.reap_orphans:
                 for pid, code in reap_orphans():
                     logger.info("reaped orphan pid %d (exit status %d)", pid, code)

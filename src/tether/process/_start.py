@@ -83,7 +83,7 @@ def reap_orphans() -> list[tuple[int, int]]:
     """
     me = os.getpid()
     reaped: list[tuple[int, int]] = []
-    for pid in (child.pid for child in psutil.Process(me).children()):
+    for pid in _children(me):
         stat = read_stat(pid)
         if stat is None or stat.state != "Z" or stat.ppid != me or pid in SPAWNED:
             continue
@@ -94,3 +94,16 @@ def reap_orphans() -> list[tuple[int, int]]:
         if done:
             reaped.append((pid, os.waitstatus_to_exitcode(status)))
     return reaped
+
+
+def _children(me: int) -> set[int]:
+    """This process's children: from ``/proc/self/task/*/children`` (one small file per
+    thread) where the kernel has it, else by scanning the whole process table."""
+    found: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                found.update(int(pid) for pid in f.read().split())
+    except OSError:
+        return {child.pid for child in psutil.Process(me).children()}
+    return found
