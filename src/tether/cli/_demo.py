@@ -3,14 +3,16 @@
 Each scene replays the core of an incident from ``shared/seeds`` with the layers that exist:
 a stray sender clone that keeps an engine waiting (004), a SIGTERM mid tool call whose sender
 nobody knew, whose escaped children survived and whose transcript dangled (000), a phantom
-from an older epoch (004), and a real harness process that is superseded and really exits,
-even when its engine keeps a stray sender clone (004).
+from an older epoch (004), a real harness process that is superseded and really exits,
+even when its engine keeps a stray sender clone (004), and a daemon that reattaches to a healthy
+harness, replaces a phantom and fails a crash loop instead of retrying forever (004).
 """
 
 from __future__ import annotations
 
 from typing import TextIO
 
+from ._scene_agentd import replay_phantom
 from ._scene_channels import replay_drop, replay_move, replay_stray_clone
 from ._scene_epochs import replay_superseded
 from ._scene_harness import replay_superseded_harness
@@ -18,7 +20,6 @@ from ._scene_process import replay_sigterm_tree
 from ._timeline import Timeline, Verdict
 
 _NOT_BUILT = (
-    ("tether.agentd", "spawn, reattach or respawn; `tether agentd`, `tether ps`", "issue 6"),
     ("tether.liveness / jobs", "suspend-aware stream clocks; the job controller", "issue 7"),
     ("tether.testing", "the trio deadlock detector and process-leak guard", "issue 8"),
     ("incident replays", "000, 003 and 004 end to end with a daemon; `tether run`", "issue 9"),
@@ -31,6 +32,7 @@ _SCENES = (
     ("4. (000) SIGTERM while a tool's escaped processes run", replay_sigterm_tree),
     ("5. (004) a reclaimed session fences out its old harness", replay_superseded),
     ("6. (004) a Superseded harness really exits", replay_superseded_harness),
+    ("7. (004) agentd reattaches, replaces a phantom, and never loops", replay_phantom),
 )
 
 
