@@ -36,7 +36,7 @@ async def _show(log: Timeline, feed: Receiver[AgentEvent]) -> None:
 
 async def replay_phantom(log: Timeline) -> list[Verdict]:
     """Spawn, reattach, phantom replaced, delivered; then a crash loop failed by its limit."""
-    with tempfile.TemporaryDirectory(prefix="tether-demo-") as tmp:
+    with log.logs("tether.process"), tempfile.TemporaryDirectory(prefix="tether-demo-") as tmp:
         root = Path(tmp)  # mkdtemp made it 0700
         wedge = root / "wedge"
         env = {**os.environ, "TETHER_EXAMPLE_WEDGE_FILE": str(wedge)}
@@ -50,7 +50,10 @@ async def replay_phantom(log: Timeline) -> list[Verdict]:
                 grace=GRACE,
                 env=env,
             )
-            async with agentd.running(stop_harnesses=True), trio.open_nursery() as nursery:
+            async with (
+                agentd.running(stop_harnesses=True),
+                trio.open_nursery() as nursery,
+            ):
                 nursery.start_soon(_show, log, agentd.subscribe())
                 first = await agentd.start_agent("s1")
                 started = time.perf_counter()
