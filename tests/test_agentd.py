@@ -458,3 +458,33 @@ async def test_a_harness_that_cannot_be_executed_is_named(directory: Path) -> No
             await daemon.agentd.deliver(session, "hello")
         assert len(failed.value.attempts) == 3
     assert events(directory, session)[0]["kind"] == "spawn_failed"
+
+
+async def test_an_adopted_harness_that_never_reconnects_is_a_phantom(directory: Path) -> None:
+    session = unique_session()
+    async with running(directory, stop=False) as daemon:
+        old = await daemon.agentd.start_agent(session)
+        daemon.wedge.touch()
+        await wait_until(lambda: not daemon.wedge.exists())
+    async with running(directory) as daemon:
+        started = time.monotonic()
+
+        def phantom() -> bool:
+            return any(r["kind"] == "phantom" for r in events(directory, session))
+
+        await wait_until(phantom, timeout=5)
+        noticed = time.monotonic() - started
+        assert noticed <= PATIENCE + 2 * HEARTBEAT + 0.5, f"noticed after {noticed:.2f}s"
+        kinds = [r["kind"] for r in events(directory, session)]
+        assert kinds[kinds.index("adopted") :][:2] == ["adopted", "phantom"]
+        await wait_until(lambda: of_epoch(session, old.epoch) == [], timeout=5)
+        fresh = await daemon.agentd.start_agent(session)
+        assert (fresh.how, fresh.epoch) == ("respawned", old.epoch + 1)
+    never_two_attached(events(directory))
+
+
+async def test_the_daemon_must_be_running(tmp_path: Path) -> None:
+    async with SqliteEpochStore(tmp_path / "e.db") as store:
+        agentd = Agentd(store, tmp_path / "a.sock", EXAMPLE)
+        with pytest.raises(RuntimeError, match="not running"):
+            await agentd.start_agent("s1")

@@ -536,6 +536,8 @@ class Agentd:
         return await self._start(self._session(session_name), nudge=True)
 
     async def _start(self, session: _Session, *, nudge: bool) -> Attached:
+        if self._nursery is None:
+            raise RuntimeError("the daemon is not running: use `async with agentd.running()`")
         async with session.lock:
             if session.state == "failed":
                 raise SessionFailed(session.name, session.reason or "failed")
