@@ -58,7 +58,15 @@ PUBLIC = {
     },
 }
 # Lower-level tools that stay in their subpackage: what a supervisor needs, not an engine.
-PROCESS_TOOLS = {"become_subreaper", "boot_id", "reap", "reap_orphans", "start", "stop_tree"}
+PROCESS_TOOLS = {
+    "become_subreaper",
+    "boot_id",
+    "reap",
+    "reap_orphans",
+    "start",
+    "stop_tree",
+    "stop_trees",
+}
 
 # DESIGN.md's layers, bottom first; a module may import only from layers before its own.
 LAYERS = [

@@ -47,6 +47,7 @@ from ..process import (
     reap_orphans,
     start,
     stop_tree,
+    stop_trees,
 )
 from ..wire import (
     Bye,
@@ -466,8 +467,7 @@ class Agentd:
                 len(left),
                 epoch,
             )
-            for ref in left:
-                await stop_tree(ref, self.grace)
+            await stop_trees(left, self.grace)
 
     async def _retire(self, session: _Session, harness: _Harness, why: str) -> None:
         """Stop the harness's tree and reap it; idempotent, and every caller waits for it."""

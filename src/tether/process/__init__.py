@@ -10,6 +10,7 @@ from ._start import reap as reap
 from ._start import reap_orphans as reap_orphans
 from ._start import start as start
 from ._start import stop_tree as stop_tree
+from ._start import stop_trees as stop_trees
 from ._twins import find_twins as find_twins
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "reap_orphans",
     "start",
     "stop_tree",
+    "stop_trees",
 ]
 
 for _name in __all__:

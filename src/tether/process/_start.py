@@ -9,7 +9,7 @@ the same escalation a group's exit uses.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import psutil
 import trio
@@ -54,7 +54,21 @@ async def stop_tree(root: ProcessRef, grace: float) -> list[ProcessRef]:
     ``root`` need not be our child: one adopted by identity after a restart is stopped just
     the same, and its zombie is left to its parent. Bounded by ``2 * grace + 1`` seconds.
     """
-    return await stop_processes(lambda: tree_of(root), [root], grace)
+    return await stop_trees([root], grace)
+
+
+async def stop_trees(roots: Iterable[ProcessRef], grace: float) -> list[ProcessRef]:
+    """``stop_tree`` for several roots at once: each step reaches every tree together, so
+    the whole stop takes one escalation, not one per root."""
+    roots = list(roots)
+
+    def collect() -> set[ProcessRef]:
+        found: set[ProcessRef] = set()
+        for root in roots:
+            found |= tree_of(root)
+        return found
+
+    return await stop_processes(collect, roots, grace)
 
 
 def reap(ref: ProcessRef) -> int | None:
