@@ -384,6 +384,7 @@ OPS = st.lists(
 )
 
 
+# No shrinking: each example runs real processes for seconds, and a failure prints its ops.
 @settings(
     phases=[Phase.reuse, Phase.generate],
     max_examples=20,

@@ -101,3 +101,24 @@ async def test_ten_processes_bumping_concurrently_never_share_an_epoch(tmp_path:
     async with SqliteEpochStore(db) as store:
         assert await store.current("shared") == 1000
     assert sys.executable
+
+
+async def test_the_outbox_keeps_prompts_until_settled(tmp_path: Path) -> None:
+    from tether.epochs import QueuedPrompt
+
+    async with SqliteEpochStore(tmp_path / "e.db") as store:
+        await store.enqueue(QueuedPrompt("s1", "a", "first", {"k": 1}))
+        await store.enqueue(QueuedPrompt("s2", "b", "second"))
+        await store.enqueue(QueuedPrompt("s1", "a", "first again"))  # same id: one prompt
+        await store.attempted("s1", "a")
+        await store.attempted("s1", "a")
+    async with SqliteEpochStore(tmp_path / "e.db") as store:  # it survived the close
+        assert await store.pending() == [
+            QueuedPrompt("s1", "a", "first", {"k": 1}, attempts=2),
+            QueuedPrompt("s2", "b", "second"),
+        ]
+        await store.settle("s1", "a", "delivered")
+        assert [p.id for p in await store.pending()] == ["b"]
+        await store.save("s2", SessionRecord(state="running"), epoch=await store.bump("s2"))
+        await store.save("s1", SessionRecord(state="stopped"), epoch=await store.bump("s1"))
+        assert await store.sessions() == ["s1", "s2"]
