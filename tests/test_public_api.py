@@ -13,6 +13,7 @@ import tether.channels
 import tether.epochs
 import tether.harness
 import tether.journal
+import tether.liveness
 import tether.process
 import tether.signals
 import tether.wire
@@ -45,6 +46,24 @@ PUBLIC = {
     },
     "tether.journal": {"JournalError", "ToolCall", "ToolResult", "Transcript"},
     "tether.harness": {"HarnessContext", "run_harness"},
+    "tether.liveness": {
+        "ALIVE",
+        "Alive",
+        "Clock",
+        "HostClock",
+        "Ledger",
+        "ManualClock",
+        "Salvage",
+        "SalvagedFile",
+        "Stale",
+        "StreamClock",
+        "Threshold",
+        "Thresholds",
+        "TurnStats",
+        "salvage",
+        "verdict",
+        "watch_turn",
+    },
     "tether.agentd": {
         "AgentEvent",
         "Agentd",
@@ -101,6 +120,7 @@ def test_subpackages_list_what_they_export() -> None:
     assert set(tether.channels.__all__) == PUBLIC["tether.channels"]
     assert set(tether.process.__all__) == PUBLIC["tether.process"] | PROCESS_TOOLS
     assert set(tether.agentd.__all__) == PUBLIC["tether.agentd"]
+    assert set(tether.liveness.__all__) == PUBLIC["tether.liveness"]
     assert set(tether.signals.__all__) == PUBLIC["tether.signals"] | {"receive"}
     assert set(tether.epochs.__all__) == PUBLIC["tether.epochs"]
     # The wire's message classes stay in tether.wire: ``tether.Superseded`` is the exception.

@@ -37,6 +37,22 @@ from .journal import JournalError as JournalError
 from .journal import ToolCall as ToolCall
 from .journal import ToolResult as ToolResult
 from .journal import Transcript as Transcript
+from .liveness import ALIVE as ALIVE
+from .liveness import Alive as Alive
+from .liveness import Clock as Clock
+from .liveness import HostClock as HostClock
+from .liveness import Ledger as Ledger
+from .liveness import ManualClock as ManualClock
+from .liveness import Salvage as Salvage
+from .liveness import SalvagedFile as SalvagedFile
+from .liveness import Stale as Stale
+from .liveness import StreamClock as StreamClock
+from .liveness import Threshold as Threshold
+from .liveness import Thresholds as Thresholds
+from .liveness import TurnStats as TurnStats
+from .liveness import salvage as salvage
+from .liveness import verdict as verdict
+from .liveness import watch_turn as watch_turn
 from .process import Child as Child
 from .process import ChildGroup as ChildGroup
 from .process import ProcessRef as ProcessRef
@@ -47,6 +63,22 @@ from .signals import SignalEvent as SignalEvent
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "ALIVE",
+    "Alive",
+    "Clock",
+    "HostClock",
+    "Ledger",
+    "ManualClock",
+    "Salvage",
+    "SalvagedFile",
+    "Stale",
+    "StreamClock",
+    "Threshold",
+    "Thresholds",
+    "TurnStats",
+    "salvage",
+    "verdict",
+    "watch_turn",
     "AgentEvent",
     "Agentd",
     "AgentdError",

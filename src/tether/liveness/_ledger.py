@@ -1,0 +1,116 @@
+"""``Ledger``: every finished turn's figures in SQLite, and the thresholds they justify.
+
+One table, ``turns``, in its own file or in the epoch store's (WAL lets them share). Healthy
+means the turn ended ``completed``; stale, interrupted and errored turns are kept for the record
+but never lower a threshold.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from os import PathLike
+from typing import Self, TypeVar
+
+from .._worker import Worker
+from ._stream import TurnStats
+from ._thresholds import Thresholds, derive
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS turns (
+    seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+    route     TEXT NOT NULL,
+    ttft      REAL,
+    max_gap   REAL NOT NULL,
+    parts     INTEGER NOT NULL,
+    outcome   TEXT NOT NULL,
+    suspended REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_by_route ON turns (route, outcome);
+"""
+
+
+class Ledger:
+    """Turn statistics per route, and ``thresholds(route)`` derived from the healthy ones."""
+
+    def __init__(self, path: str | PathLike[str]) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        self._worker = Worker(f"tether ledger {path}")
+
+    def __repr__(self) -> str:
+        return f"<tether.Ledger {str(self.path)!r}>"
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._worker.run(self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._db is None:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA busy_timeout = 30000")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.executescript(_SCHEMA)
+            self._db = db
+        return fn(self._db)
+
+    async def record(self, stats: TurnStats) -> None:
+        """Keep one finished turn."""
+        row = (
+            stats.route,
+            stats.ttft,
+            stats.max_gap,
+            stats.parts,
+            stats.outcome,
+            stats.suspended,
+        )
+        await self._run(
+            lambda db: db.execute(
+                "INSERT INTO turns (route, ttft, max_gap, parts, outcome, suspended)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        )
+
+    async def turns(self, route: str) -> list[TurnStats]:
+        """Every turn recorded for ``route``, oldest first."""
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT route, ttft, max_gap, parts, outcome, suspended FROM turns"
+                " WHERE route = ? ORDER BY seq",
+                (route,),
+            ).fetchall()
+        )
+        return [TurnStats(*row) for row in rows]
+
+    async def thresholds(self, route: str) -> Thresholds:
+        """The route's thresholds from its healthy (``completed``) turns."""
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT ttft, max_gap FROM turns WHERE route = ? AND outcome = 'completed'",
+                (route,),
+            ).fetchall()
+        )
+        return Thresholds(
+            route,
+            derive([ttft for ttft, _ in rows if ttft is not None]),
+            derive([gap for _, gap in rows]),
+        )
+
+    async def aclose(self) -> None:
+        """Close the database and stop the worker thread."""
+
+        def close(db: sqlite3.Connection) -> None:
+            db.close()
+            self._db = None
+
+        if self._db is not None:
+            await self._run(close)
+        self._worker.stop()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -1,0 +1,91 @@
+"""``salvage``: before a stale turn is interrupted, keep what it produced.
+
+Incident 003: a stalled worker had already written a review with seven findings to a file; the
+turn was interrupted and the verdict never reached anyone. Salvage copies the turn's latest text
+and its named artifact files, each within an explicit size limit, and says when it cut one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+
+TEXT_LIMIT = 16_384
+FILE_LIMIT = 65_536
+
+
+@attrs.frozen
+class SalvagedFile:
+    """One artifact: its excerpt (the first ``limit`` bytes, decoded), or why there is none."""
+
+    path: str
+    size: int | None
+    excerpt: str
+    truncated: bool
+    error: str | None = None
+
+
+@attrs.frozen
+class Salvage:
+    """What a turn had produced when it was found stale."""
+
+    route: str
+    reason: str
+    text: str
+    text_truncated: bool
+    files: tuple[SalvagedFile, ...]
+
+    def describe(self) -> str:
+        cut = f" (truncated to {len(self.text)} characters)" if self.text_truncated else ""
+        lines = [
+            f"salvaged from route {self.route} ({self.reason}): {len(self.text)} characters{cut}"
+        ]
+        for f in self.files:
+            if f.error is not None:
+                lines.append(f"  {f.path}: unavailable ({f.error})")
+            else:
+                note = f", truncated to {len(f.excerpt)} characters" if f.truncated else ""
+                lines.append(f"  {f.path}: {f.size} bytes{note}")
+        return "\n".join(lines)
+
+
+class TurnOutput(Protocol):
+    """What a turn has produced so far: its route, its latest text, its named files."""
+
+    @property
+    def route(self) -> str: ...
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def artifacts(self) -> Sequence[str]: ...
+
+
+def salvage(
+    turn: TurnOutput,
+    reason: str,
+    *,
+    text_limit: int = TEXT_LIMIT,
+    file_limit: int = FILE_LIMIT,
+) -> Salvage:
+    """Copy the turn's latest text (its last ``text_limit`` characters) and the first
+    ``file_limit`` bytes of each artifact; a missing or unreadable file is named, not fatal."""
+    text = turn.text
+    truncated = len(text) > text_limit
+    kept = text[-text_limit:] if truncated else text
+    files = tuple(_salvage_file(path, file_limit) for path in turn.artifacts)
+    return Salvage(turn.route, reason, kept, truncated, files)
+
+
+def _salvage_file(path: str, limit: int) -> SalvagedFile:
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(limit)
+    except OSError as exc:
+        return SalvagedFile(path, None, "", False, f"{type(exc).__name__}: {exc.strerror}")
+    return SalvagedFile(path, size, data.decode(errors="replace"), size > limit)
