@@ -179,6 +179,9 @@ def test_salvage_keeps_text_and_files_with_limits_said(tmp_path: Path) -> None:
     assert (found.excerpt, found.size, found.truncated) == ("request_changes:", 117, True)
     assert missing.error is not None
     assert "FileNotFoundError" in missing.error
-    report = kept.describe()
-    assert "truncated to 20 characters" in report
-    assert "gone.log: unavailable" in report
+    report = kept.describe().splitlines()
+    assert report[0] == "salvaged from route luna (stale), its last 20 characters kept:"
+    assert report[1] == "    aaaaaaaaathe verdict"
+    assert report[2].endswith("review.log: 117 bytes, first 16 characters kept:")
+    assert report[3] == "    request_changes:"
+    assert report[4].startswith(f"file {tmp_path / 'gone.log'}: unavailable (FileNotFoundError")

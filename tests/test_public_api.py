@@ -12,6 +12,7 @@ import tether.agentd
 import tether.channels
 import tether.epochs
 import tether.harness
+import tether.jobs
 import tether.journal
 import tether.liveness
 import tether.process
@@ -63,6 +64,19 @@ PUBLIC = {
         "salvage",
         "verdict",
         "watch_turn",
+    },
+    "tether.jobs": {
+        "BackendUnreachable",
+        "FakeBackend",
+        "Job",
+        "JobController",
+        "JobStore",
+        "Planner",
+        "SettleTimeout",
+        "Step",
+        "TurnBackend",
+        "TurnState",
+        "Wake",
     },
     "tether.agentd": {
         "AgentEvent",
@@ -121,6 +135,7 @@ def test_subpackages_list_what_they_export() -> None:
     assert set(tether.process.__all__) == PUBLIC["tether.process"] | PROCESS_TOOLS
     assert set(tether.agentd.__all__) == PUBLIC["tether.agentd"]
     assert set(tether.liveness.__all__) == PUBLIC["tether.liveness"]
+    assert set(tether.jobs.__all__) == PUBLIC["tether.jobs"]
     assert set(tether.signals.__all__) == PUBLIC["tether.signals"] | {"receive"}
     assert set(tether.epochs.__all__) == PUBLIC["tether.epochs"]
     # The wire's message classes stay in tether.wire: ``tether.Superseded`` is the exception.

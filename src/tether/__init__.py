@@ -33,6 +33,17 @@ from .epochs import SqliteEpochStore as SqliteEpochStore
 from .epochs import Superseded as Superseded
 from .harness import HarnessContext as HarnessContext
 from .harness import run_harness as run_harness
+from .jobs import BackendUnreachable as BackendUnreachable
+from .jobs import FakeBackend as FakeBackend
+from .jobs import Job as Job
+from .jobs import JobController as JobController
+from .jobs import JobStore as JobStore
+from .jobs import Planner as Planner
+from .jobs import SettleTimeout as SettleTimeout
+from .jobs import Step as Step
+from .jobs import TurnBackend as TurnBackend
+from .jobs import TurnState as TurnState
+from .jobs import Wake as Wake
 from .journal import JournalError as JournalError
 from .journal import ToolCall as ToolCall
 from .journal import ToolResult as ToolResult
@@ -63,6 +74,17 @@ from .signals import SignalEvent as SignalEvent
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "BackendUnreachable",
+    "FakeBackend",
+    "Job",
+    "JobController",
+    "JobStore",
+    "Planner",
+    "SettleTimeout",
+    "Step",
+    "TurnBackend",
+    "TurnState",
+    "Wake",
     "ALIVE",
     "Alive",
     "Clock",

@@ -39,17 +39,21 @@ class Salvage:
     files: tuple[SalvagedFile, ...]
 
     def describe(self) -> str:
-        cut = f" (truncated to {len(self.text)} characters)" if self.text_truncated else ""
-        lines = [
-            f"salvaged from route {self.route} ({self.reason}): {len(self.text)} characters{cut}"
-        ]
+        """The salvage as report text: the reason, the text and each file's excerpt, with
+        every cut said."""
+        cut = f", its last {len(self.text)} characters kept" if self.text_truncated else ""
+        lines = [f"salvaged from route {self.route} ({self.reason}){cut}:", _indent(self.text)]
         for f in self.files:
             if f.error is not None:
-                lines.append(f"  {f.path}: unavailable ({f.error})")
-            else:
-                note = f", truncated to {len(f.excerpt)} characters" if f.truncated else ""
-                lines.append(f"  {f.path}: {f.size} bytes{note}")
+                lines.append(f"file {f.path}: unavailable ({f.error})")
+                continue
+            note = f", first {len(f.excerpt)} characters kept" if f.truncated else ""
+            lines += [f"file {f.path}: {f.size} bytes{note}:", _indent(f.excerpt)]
         return "\n".join(lines)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
 
 
 class TurnOutput(Protocol):

@@ -1,0 +1,54 @@
+"""``FakeBackend``: a thread server for tests that applies interrupts late and can go down."""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from ._model import BackendUnreachable, TurnState
+
+
+@attrs.define
+class _Turn:
+    status: str = "running"
+    interrupt_at: float | None = None
+
+
+class FakeBackend:
+    """Turns by id; ``interrupt`` takes effect ``interrupt_delay`` seconds (trio's clock) after
+    it is asked (``None``: never); ``reachable = False`` makes every call raise
+    ``BackendUnreachable``."""
+
+    def __init__(self, *, interrupt_delay: float | None = 0.06) -> None:
+        self.interrupt_delay = interrupt_delay
+        self.reachable = True
+        self.turns: dict[str, _Turn] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    def start(self, turn: str) -> None:
+        """A turn begins running."""
+        self.turns[turn] = _Turn()
+
+    def finish(self, turn: str, status: str = "completed") -> None:
+        """A turn ends on its own."""
+        self.turns[turn].status = status
+
+    def _check(self, call: str, turn: str) -> _Turn:
+        self.calls.append((call, turn))
+        if not self.reachable:
+            raise BackendUnreachable("fake thread server at fake://threads: connection refused")
+        return self.turns.setdefault(turn, _Turn())
+
+    async def interrupt(self, turn: str) -> None:
+        await trio.lowlevel.checkpoint()
+        state = self._check("interrupt", turn)
+        if state.status == "running" and self.interrupt_delay is not None:
+            state.interrupt_at = trio.current_time() + self.interrupt_delay
+
+    async def snapshot(self, turn: str) -> TurnState:
+        await trio.lowlevel.checkpoint()
+        state = self._check("snapshot", turn)
+        if state.interrupt_at is not None and trio.current_time() >= state.interrupt_at:
+            state.status = "interrupted"
+            state.interrupt_at = None
+        return TurnState(turn, state.status, active=state.status == "running")
