@@ -32,6 +32,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/journal.py
 	$(BIN)/python benchmarks/harness.py
 	$(BIN)/python benchmarks/agentd.py
+	$(BIN)/python benchmarks/liveness.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
