@@ -379,3 +379,15 @@ async def test_every_job_stops_with_its_planner_woken(
 async def _cancel_on(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
+
+
+async def test_a_stopped_session_with_no_active_turn_counts_as_settled(
+    store: JobStore, autojump_clock: trio.testing.MockClock
+) -> None:
+    backend = FakeBackend(interrupt_delay=None)  # the interrupt itself never lands
+    backend.start("t1")
+    backend.stop_session("t1")
+    jobs = controller(store, backend, Planner())
+    state = await jobs.settle("t1")
+    assert (state.status, state.session_stopped, state.active) == ("running", True, False)
+    assert state.settled

@@ -14,6 +14,7 @@ import trio.testing
 
 from tether.liveness import (
     ALIVE,
+    HostClock,
     Ledger,
     ManualClock,
     Stale,
@@ -185,3 +186,13 @@ def test_salvage_keeps_text_and_files_with_limits_said(tmp_path: Path) -> None:
     assert report[2].endswith("review.log: 117 bytes, first 16 characters kept:")
     assert report[3] == "    request_changes:"
     assert report[4].startswith(f"file {tmp_path / 'gone.log'}: unavailable (FileNotFoundError")
+
+
+def test_the_host_clock_counts_awake_time_and_no_suspension_here() -> None:
+    clock = HostClock()
+    before = clock.now()
+    assert clock.now() >= before
+    assert 0.0 <= clock.suspended() < 0.5  # nothing slept during this test
+    stream = StreamClock("r")  # the host clock by default
+    stream.mark("text")
+    assert 0.0 <= stream.silence() < 0.5

@@ -12,6 +12,7 @@ from ._model import BackendUnreachable, TurnState
 class _Turn:
     status: str = "running"
     interrupt_at: float | None = None
+    session_stopped: bool = False
 
 
 class FakeBackend:
@@ -33,6 +34,10 @@ class FakeBackend:
         """A turn ends on its own."""
         self.turns[turn].status = status
 
+    def stop_session(self, turn: str) -> None:
+        """The turn's session stops with no active turn, its status left as it was."""
+        self.turns[turn].session_stopped = True
+
     def _check(self, call: str, turn: str) -> _Turn:
         self.calls.append((call, turn))
         if not self.reachable:
@@ -51,4 +56,5 @@ class FakeBackend:
         if state.interrupt_at is not None and trio.current_time() >= state.interrupt_at:
             state.status = "interrupted"
             state.interrupt_at = None
-        return TurnState(turn, state.status, active=state.status == "running")
+        active = state.status == "running" and not state.session_stopped
+        return TurnState(turn, state.status, state.session_stopped, active)
