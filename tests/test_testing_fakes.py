@@ -1,0 +1,84 @@
+"""tether.testing's fakes against real processes: the example harness talks to ``FakeAgentd``
+exactly as to agentd, and ``agent_script`` children behave as asked under a ``ChildGroup``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+from helpers import kill_marked, unique_session, wait_until
+from tether import ChildGroup
+from tether.harness import EXIT_SUPERSEDED
+from tether.testing import FakeAgentd, agent_script
+
+
+async def test_a_harness_is_welcomed_pinged_prompted_and_superseded(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    session = unique_session()
+    async with FakeAgentd.serving(tmp_path / "agentd.sock", heartbeat=0.05) as daemon:
+        harness = subprocess.Popen(
+            [sys.executable, "-m", "tether.harness.example"],
+            env={
+                **os.environ,
+                "TETHER_SESSION": session,
+                "TETHER_EPOCH": "4",
+                "TETHER_AGENTD": str(daemon.path),
+                "TETHER_STATE_DIR": str(tmp_path),
+                "TETHER_GRACE": "0.3",
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await daemon.connected.wait()
+            await wait_until(lambda: len(daemon.pongs) >= 2)  # its loop answers pings
+            assert await daemon.prompt("hello", steps=1) == 1
+            transcript = tmp_path / f"{session}.jsonl"
+            await wait_until(lambda: transcript.exists() and "hello" in transcript.read_text())
+            assert await daemon.supersede(5) == 1
+            await wait_until(lambda: harness.poll() is not None)
+        finally:
+            if harness.poll() is None:
+                harness.kill()
+            harness.wait()
+            kill_marked(session)
+    assert harness.returncode == EXIT_SUPERSEDED
+    (hello,) = daemon.hellos
+    assert (hello.session, hello.epoch, hello.pid) == (session, 4, harness.pid)
+
+
+async def test_a_superseding_fake_answers_the_first_hello(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    session = unique_session()
+    async with FakeAgentd.serving(tmp_path / "a.sock", answer="superseded", current=9) as daemon:
+        done = await trio.run_process(
+            [sys.executable, "-m", "tether.harness.example"],
+            env={
+                **os.environ,
+                "TETHER_SESSION": session,
+                "TETHER_EPOCH": "2",
+                "TETHER_AGENTD": str(daemon.path),
+                "TETHER_STATE_DIR": str(tmp_path),
+            },
+            capture_stderr=True,
+            check=False,
+        )
+    assert done.returncode == EXIT_SUPERSEDED
+    assert b"the current epoch is 9" in done.stderr
+
+
+async def test_agent_scripts_stream_exit_ignore_sigint_and_daemonize(tmp_path: Path) -> None:
+    session = unique_session()
+    async with ChildGroup(session, 1, grace=0.2) as group:
+        quick = await group.spawn(agent_script(tmp_path, parts=2, interval=0.01, exit_code=7))
+        assert await quick.wait() == 7
+        stubborn = await group.spawn(agent_script(tmp_path, parts=10_000, ignore_sigint=True))
+        escaper = await group.spawn(agent_script(tmp_path, parts=10_000, daemonize=True))
+        await wait_until(lambda: len(group.members()) >= 3)  # the escaped sleep is counted
+        assert await stubborn.stop() == -15  # SIGINT ignored: the SIGTERM step ended it
+    assert escaper.returncode is not None
+    assert group.members() == set()
