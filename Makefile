@@ -33,6 +33,7 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/harness.py
 	$(BIN)/python benchmarks/agentd.py
 	$(BIN)/python benchmarks/liveness.py
+	$(BIN)/python benchmarks/testing_overhead.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -179,3 +179,22 @@ def test_errors_are_one_family() -> None:
 
 def test_the_package_is_typed() -> None:
     assert files("tether").joinpath("py.typed").is_file()
+
+
+def test_the_testing_plugin_stays_out_of_the_core() -> None:
+    import subprocess
+    import sys
+
+    import tether.testing
+
+    assert set(tether.testing.__all__) == {
+        "Deadlock",
+        "DeadlockDetector",
+        "FakeAgentd",
+        "Leak",
+        "LeakGuard",
+        "TimedOut",
+        "agent_script",
+    }
+    check = "import sys, tether, tether.cli; assert 'pytest' not in sys.modules, 'pytest imported'"
+    subprocess.run([sys.executable, "-c", check], check=True)

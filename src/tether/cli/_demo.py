@@ -20,7 +20,6 @@ from ._scene_process import replay_sigterm_tree
 from ._timeline import Timeline, Verdict
 
 _NOT_BUILT = (
-    ("tether.testing", "the trio deadlock detector and process-leak guard", "issue 8"),
     ("incident replays", "000, 003 and 004 end to end with a daemon; `tether run`", "issue 9"),
 )
 
