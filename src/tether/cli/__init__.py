@@ -1,5 +1,5 @@
-"""The ``tether`` command: ``demo``, ``agentd``, ``ps``, ``start``, ``send``, ``stop``, ``reset``
-and ``transcript show|repair``; ``run`` arrives with issue 9."""
+"""The ``tether`` command: ``demo``, ``run``, ``agentd``, ``ps``, ``start``, ``send``, ``stop``,
+``reset`` and ``transcript show|repair``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import trio
 
-from . import _agentd, _transcript
+from . import _agentd, _run, _transcript
 from ._demo import demo
 
 
@@ -21,10 +21,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     transcript = commands.add_parser("transcript", help="read or repair a session transcript")
     transcript.add_argument("action", choices=("show", "repair"))
     transcript.add_argument("path")
+    run = commands.add_parser(
+        "run", help="run a command under tether: signals forwarded and named, nothing left behind"
+    )
+    run.add_argument("--session", default=None, help="the TETHER_SESSION mark (run-<pid>)")
+    run.add_argument("--grace", type=float, default=2.0, help="seconds per escalation step")
+    run.add_argument("--log", default=None, help="log here instead of stderr")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     _agentd.add_commands(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return trio.run(demo, sys.stdout)
+    if args.command == "run":
+        cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        if not cmd:
+            parser.error("tether run needs a command: tether run -- CMD ARGS...")
+        return _run.run(cmd, session=args.session, grace=args.grace, log=args.log)
     if args.command == "transcript":
         return _transcript.run(args.action, args.path, sys.stdout)
     if args.command in ("agentd", "ps", "start", "send", "stop", "reset"):
