@@ -184,6 +184,12 @@ class Agentd:
         return f"<tether.Agentd {self.socket_path!r} sessions={len(self._sessions)}>"
 
     @property
+    def exit_bound(self) -> float:
+        """Seconds a superseded harness has to exit on its own: its documented bound, so the
+        daemon never cuts short a clean exit (child agents stopped, calls sealed)."""
+        return 2 * self.grace + 1
+
+    @property
     def patience(self) -> float:
         """Seconds without a sign of life that make a harness a phantom."""
         return self.miss_limit * self.heartbeat
@@ -506,11 +512,14 @@ class Agentd:
                 stale.ref.pid,
             )
             return
-        with trio.move_on_after(self.grace):
+        with trio.move_on_after(self.exit_bound):
             await _wait_gone(stale.ref, 0.02)
         if stale.ref.is_alive():
             self._emit(
-                session, "superseded", stale, f"still alive after {self.grace:.1f}s; stopping it"
+                session,
+                "superseded",
+                stale,
+                f"still alive after {self.exit_bound:.1f}s; stopping it",
             )
             await stop_tree(stale.ref, self.grace)
         if session.harness is not None and session.harness.ref == stale.ref:
@@ -582,7 +591,7 @@ class Agentd:
         if link is not None:
             await link.send(Superseded(session.name, harness.epoch, current or 0))
         self._emit(session, "superseded", harness, f"current epoch is {current}")
-        with trio.move_on_after(self.grace):
+        with trio.move_on_after(self.exit_bound):
             await harness.exited.wait()
         await self._retire(session, harness, "superseded")
 
@@ -670,7 +679,7 @@ class Agentd:
         try:
             await self.store.save(session.name, record, epoch=epoch)
         except EpochSuperseded as exc:  # a newer epoch wrote it (another daemon): theirs stands
-            logger.warning("session %s: record not saved: %s", session.name, exc)
+            logger.info("session %s: record not saved: %s", session.name, exc)
 
     # -- delivery ---------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 
 import trio
 
@@ -17,7 +18,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tether`` console script; returns the exit code."""
     parser = argparse.ArgumentParser(prog="tether", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="walk through what tether guarantees, on real objects")
+    demo_parser = commands.add_parser(
+        "demo", help="replay the three incidents on real processes and show what holds"
+    )
+    demo_parser.add_argument("--scenario", type=int, choices=(1, 2, 3), default=None)
+    demo_parser.add_argument("--json", action="store_true", help="machine-readable verdicts")
+    demo_parser.add_argument("--keep", action="store_true", help="keep the run's directory")
     transcript = commands.add_parser("transcript", help="read or repair a session transcript")
     transcript.add_argument("action", choices=("show", "repair"))
     transcript.add_argument("path")
@@ -31,7 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _agentd.add_commands(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
-        return trio.run(demo, sys.stdout)
+        return trio.run(
+            partial(demo, sys.stdout, scenario=args.scenario, as_json=args.json, keep=args.keep)
+        )
     if args.command == "run":
         cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
         if not cmd:

@@ -1,51 +1,90 @@
-"""``tether demo``: what is built so far, shown on live objects, and what is not built yet.
+"""``tether demo``: the three incidents of ``shared/seeds`` replayed on real processes, real
+signals, a real daemon and the embedded SQLite store, each a timeline printed as it happens and
+a verdict table, one row per guarantee, PASS or FAIL with the measured figure.
 
-Each scene replays the core of an incident from ``shared/seeds`` with the layers that exist:
-a stray sender clone that keeps an engine waiting (004), a SIGTERM mid tool call whose sender
-nobody knew, whose escaped children survived and whose transcript dangled (000), a phantom
-from an older epoch (004), a real harness process that is superseded and really exits,
-even when its engine keeps a stray sender clone (004), and a daemon that reattaches to a healthy
-harness, replaces a phantom and fails a crash loop instead of retrying forever (004).
+1. SIGTERM mid tool call (seed 000); 2. a Superseded phantom (seed 004); 3. a silent job
+(seed 003). The run's files (transcripts, stores, logs) live in one temporary directory,
+removed at the end unless ``--keep``.
 """
 
 from __future__ import annotations
 
+import io
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TextIO
 
-from ._scene_agentd import replay_phantom
-from ._scene_channels import replay_drop, replay_move, replay_stray_clone
-from ._scene_epochs import replay_superseded
-from ._scene_harness import replay_superseded_harness
-from ._scene_process import replay_sigterm_tree
+from ._incident_000 import replay_sigterm
+from ._incident_003 import replay_silent_job
+from ._incident_004 import replay_superseded
 from ._timeline import Timeline, Verdict
 
-_NOT_BUILT = (
-    ("incident replays", "000, 003 and 004 end to end with a daemon; `tether run`", "issue 9"),
-)
+Replay = Callable[[Timeline, Path], Awaitable[list[Verdict]]]
 
-_SCENES = (
-    ("1. (004) main keeps a stray clone of the command sender", replay_stray_clone),
-    ("2. (004) the fix: hand the sender over with move()", replay_move),
-    ("3. (004) a sender dropped without close()", replay_drop),
-    ("4. (000) SIGTERM while a tool's escaped processes run", replay_sigterm_tree),
-    ("5. (004) a reclaimed session fences out its old harness", replay_superseded),
-    ("6. (004) a Superseded harness really exits", replay_superseded_harness),
-    ("7. (004) agentd reattaches, replaces a phantom, and never loops", replay_phantom),
+SCENARIOS: tuple[tuple[int, str, Replay], ...] = (
+    (1, "SIGTERM mid tool call (seed 000)", replay_sigterm),
+    (2, "a Superseded phantom (seed 004)", replay_superseded),
+    (3, "a silent job (seed 003)", replay_silent_job),
 )
 
 
-async def demo(out: TextIO) -> int:
-    """Run every scene, print its timeline and a verdict table; 0 when every row passes."""
-    print("tether demo: the incidents in miniature, on the layers built so far\n", file=out)
-    verdicts: list[Verdict] = []
-    for title, replay in _SCENES:
-        print(title, file=out)
-        verdicts += await replay(Timeline(out))
-        print(file=out)
-    print("| guarantee | verdict | measured |\n| --- | --- | --- |", file=out)
+async def demo(
+    out: TextIO, *, scenario: int | None = None, as_json: bool = False, keep: bool = False
+) -> int:
+    """Run the scenarios (or one); 0 when every guarantee held."""
+    root = Path(tempfile.mkdtemp(prefix="tether-demo-"))
+    shown = io.StringIO() if as_json else out
+    results = []
+    started = time.perf_counter()
+    try:
+        for number, title, replay in SCENARIOS:
+            if scenario is not None and number != scenario:
+                continue
+            print(f"{number}. {title}", file=shown)
+            try:
+                verdicts = await replay(Timeline(shown), root)
+            except Exception as exc:  # noqa: BLE001 - a scenario that breaks is a FAIL row
+                verdicts = [Verdict("the scenario ran to its end", False, repr(exc)[:80])]
+            _table(verdicts, shown)
+            results.append((number, title, verdicts))
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    took = time.perf_counter() - started
+    passed = all(v.passed for _, _, verdicts in results for v in verdicts)
+    if as_json:
+        report = {
+            "passed": passed,
+            "seconds": round(took, 2),
+            "directory": str(root) if keep else None,
+            "scenarios": [
+                {
+                    "number": number,
+                    "title": title,
+                    "verdicts": [
+                        {"guarantee": v.guarantee, "passed": v.passed, "measured": v.figure}
+                        for v in verdicts
+                    ],
+                }
+                for number, title, verdicts in results
+            ],
+        }
+        print(json.dumps(report, indent=2), file=out)
+    else:
+        count = sum(len(verdicts) for _, _, verdicts in results)
+        held = sum(v.passed for _, _, verdicts in results for v in verdicts)
+        print(f"{held} of {count} guarantees held in {took:.1f} s.", file=out)
+        if keep:
+            print(f"The run's directory (transcripts, stores, logs): {root}", file=out)
+    return 0 if passed else 1
+
+
+def _table(verdicts: list[Verdict], out: TextIO) -> None:
+    print("\n| guarantee | verdict | measured |\n| --- | --- | --- |", file=out)
     for v in verdicts:
         print(f"| {v.guarantee} | {'PASS' if v.passed else 'FAIL'} | {v.figure} |", file=out)
-    print("\nNot built yet (the demo grows with each layer):", file=out)
-    for module, what, issue in _NOT_BUILT:
-        print(f"  - {module}: {what} ({issue})", file=out)
-    return 0 if all(v.passed for v in verdicts) else 1
+    print(file=out)

@@ -1,0 +1,117 @@
+"""Incident 000 end to end: SIGTERM mid tool call, with a real daemon and a real harness.
+
+agentd starts ``python -m tether.harness.example`` and delivers a prompt; its engine runs a
+child agent (which starts a ``setsid`` grandchild) through ``ctx.tool``. A separate process
+sends the harness SIGTERM. Shown: the sender by pid and command line, the call sealed
+``aborted`` naming it, nothing of the old harness left, a respawn with a new epoch, and the
+resumed engine answering the next prompt.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from ..journal._disk import scan
+from ..journal._entries import Message, ToolCall, ToolResult
+from ..process import find_twins
+from ..wire import Prompt
+from ._demo_daemon import demo_agentd, show_events
+from ._timeline import Timeline, Verdict
+
+SESSION = "incident-000"
+
+
+def _entries(path: Path) -> list[object]:
+    entries, _, _ = scan(path.read_bytes()) if path.exists() else ([], 0, "")
+    return list(entries)
+
+
+async def _until(predicate: Callable[[], bool], what: str) -> None:
+    """Bounded polling: the harness leaves only files and processes to watch."""
+    with trio.fail_after(20):
+        while not predicate():  # noqa: ASYNC110
+            await trio.sleep(0.02)
+
+
+async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
+    """The scenario; its verdicts."""
+    directory = root / "000"
+    directory.mkdir(mode=0o700)
+    transcript = directory / SESSION / f"{SESSION}.jsonl"
+    async with demo_agentd(directory) as agentd, trio.open_nursery() as nursery:
+        nursery.start_soon(show_events, log, agentd.subscribe())
+        first = await agentd.deliver(SESSION, "run the test suite")
+        await _until(
+            lambda: (
+                any(isinstance(e, ToolCall) for e in _entries(transcript))
+                and len(find_twins(SESSION, epoch=first.epoch)) >= 3
+            ),
+            "the agent and its setsid grandchild",
+        )
+        tree = len(find_twins(SESSION, epoch=first.epoch))
+        log.event("harness", f"tool call running: harness, agent and setsid grandchild ({tree})")
+        killer = await trio.lowlevel.open_process(
+            ["sh", "-c", 'kill -TERM "$0"; read _', str(first.pid)], stdin=subprocess.PIPE
+        )
+        log.event("operator", f"pid {killer.pid} (sh -c kill) sends SIGTERM to pid {first.pid}")
+        await _until(lambda: agentd.status()[0].pid is None, "the harness's exit")
+        assert killer.stdin is not None
+        await killer.stdin.aclose()
+        await killer.wait()
+        harness_log = (directory / SESSION / "harness.log").read_text()
+        heard = re.search(r"received SIGTERM from pid=(\d+) uid=\d+ cmd=(.*)", harness_log)
+        sealed = [e for e in _entries(transcript) if isinstance(e, ToolResult)]
+        for result in sealed:
+            log.event("transcript", f"{result.status}: {result.reason}")
+        await _until(lambda: not find_twins(SESSION, epoch=first.epoch), "the old tree's end")
+        started = time.perf_counter()
+        second = await agentd.deliver(SESSION, Prompt("p2", "now continue", {"steps": 3}))
+        await _until(
+            lambda: any(
+                isinstance(e, Message) and e.role == "assistant" for e in _entries(transcript)
+            ),
+            "the answer",
+        )
+        answered = time.perf_counter() - started
+        log.event("transcript", f"the resumed engine answered in {answered:.2f} s")
+        nursery.cancel_scope.cancel()
+    dangling = {e.id for e in _entries(transcript) if isinstance(e, ToolCall)} - {
+        e.call_id for e in _entries(transcript) if isinstance(e, ToolResult)
+    }
+    named = heard is not None and int(heard.group(1)) == killer.pid
+    aborted = [r for r in sealed if r.status == "aborted"]
+    return [
+        Verdict(
+            "the SIGTERM's sender is named by pid and command line",
+            named,
+            f"pid={heard.group(1)} cmd={heard.group(2)[:24]}" if heard else "not logged",
+        ),
+        Verdict(
+            "the interrupted call is sealed aborted, naming the sender",
+            len(aborted) == 1
+            and f"SIGTERM from pid {killer.pid}" in (aborted[0].reason or "")
+            and not dangling,
+            f"{len(aborted)} aborted, {len(dangling)} dangling",
+        ),
+        Verdict(
+            "nothing of the old harness survives",
+            not find_twins(SESSION, epoch=first.epoch),
+            f"{tree} processes before, 0 after",
+        ),
+        Verdict(
+            "agentd respawns the session with a new epoch",
+            second.epoch > first.epoch and second.pid != first.pid,
+            f"epoch {first.epoch} -> {second.epoch}",
+        ),
+        Verdict(
+            "the resumed engine answers the next prompt",
+            second.attempts == 1,
+            f"{answered:.2f} s, attempt {second.attempts}",
+        ),
+    ]
