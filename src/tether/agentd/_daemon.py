@@ -231,6 +231,8 @@ class Agentd:
                     if stop_harnesses:
                         with trio.CancelScope(shield=True):
                             await self._stop_all()
+                    if self.reap_orphans:
+                        reap_orphans()
                     nursery.cancel_scope.cancel()
         finally:
             self._nursery = None

@@ -40,6 +40,7 @@ async def demo_agentd(
             grace=GRACE,
             env=harness_env,
             restart_limit=(2, 60.0),
+            reap_orphans=True,  # the demo is the subreaper of everything it starts
         )
         async with agentd.running(stop_harnesses=True):
             yield agentd

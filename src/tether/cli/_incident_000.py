@@ -10,7 +10,6 @@ resumed engine answering the next prompt.
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,7 @@ import trio
 
 from ..journal._disk import scan
 from ..journal._entries import Message, ToolCall, ToolResult
-from ..process import find_twins
+from ..process import find_twins, start
 from ..wire import Prompt
 from ._demo_daemon import demo_agentd, show_events
 from ._timeline import Timeline, Verdict
@@ -56,14 +55,11 @@ async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
         )
         tree = len(find_twins(SESSION, epoch=first.epoch))
         log.event("harness", f"tool call running: harness, agent and setsid grandchild ({tree})")
-        killer = await trio.lowlevel.open_process(
-            ["sh", "-c", 'kill -TERM "$0"; read _', str(first.pid)], stdin=subprocess.PIPE
-        )
+        # The sender stays alive (sleeping) so the harness can read its command line.
+        killer = await start(["sh", "-c", 'kill -TERM "$0"; sleep 600', str(first.pid)])
         log.event("operator", f"pid {killer.pid} (sh -c kill) sends SIGTERM to pid {first.pid}")
         await _until(lambda: agentd.status()[0].pid is None, "the harness's exit")
-        assert killer.stdin is not None
-        await killer.stdin.aclose()
-        await killer.wait()
+        await killer.stop(0.2)
         harness_log = (directory / SESSION / "harness.log").read_text()
         heard = re.search(r"received SIGTERM from pid=(\d+) uid=\d+ cmd=(.*)", harness_log)
         sealed = [e for e in _entries(transcript) if isinstance(e, ToolResult)]
