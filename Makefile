@@ -27,13 +27,7 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
-	$(BIN)/python benchmarks/channels.py
-	$(BIN)/python benchmarks/process.py
-	$(BIN)/python benchmarks/journal.py
-	$(BIN)/python benchmarks/harness.py
-	$(BIN)/python benchmarks/agentd.py
-	$(BIN)/python benchmarks/liveness.py
-	$(BIN)/python benchmarks/testing_overhead.py
+	$(BIN)/python benchmarks/summary.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -19,7 +19,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from ..agentd import Agentd, Attached, Delivered, DeliveryFailed
+from ..agentd import Attached, Delivered, DeliveryFailed
 from ..process import find_twins
 from ..wire import Prompt
 from ._demo_daemon import GRACE, HEARTBEAT, MISS, demo_agentd, show_events
@@ -27,12 +27,7 @@ from ._scene_channels import replay_drop, replay_move, replay_stray_clone
 from ._timeline import Timeline, Verdict
 
 BOUND = 2 * GRACE + 1
-
-
-async def _exited(agentd: Agentd, pid: int) -> None:
-    with trio.fail_after(10):
-        while any(row.pid == pid for row in agentd.status()):  # noqa: ASYNC110
-            await trio.sleep(0.01)
+PATIENCE = HEARTBEAT * MISS
 
 
 @attrs.frozen
@@ -145,7 +140,7 @@ async def replay_superseded(log: Timeline, root: Path) -> list[Verdict]:
         Verdict(
             "a Superseded harness exits 75 and is reaped within the bound",
             bool(plain.exit_line) and plain.took <= BOUND,
-            f"{plain.took:.2f} s (bound {BOUND:.1f} s)",
+            f"{plain.took:.2f} s to exit and respawn (bound {BOUND:.1f} s)",
         ),
         Verdict(
             "its child agent gets SIGINT", "agent got SIGINT" in plain.heard, plain.heard or "-"
@@ -182,6 +177,3 @@ async def replay_superseded(log: Timeline, root: Path) -> list[Verdict]:
         ),
         Verdict("a crash loop ends at the restart limit, with the reason", *crash),
     ]
-
-
-PATIENCE = HEARTBEAT * MISS

@@ -1,0 +1,68 @@
+"""Run every benchmark in one go and print one summary table of ratios (tether / competitor).
+
+Run with ``make bench`` (or ``python benchmarks/summary.py``). Each script runs in its own
+process, prints its full tables (kept in the output above the summary), and the summary
+collects every row that carries a ratio, with the date and the machine.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+SCRIPTS = ["channels", "process", "journal", "harness", "agentd", "liveness", "testing_overhead"]
+
+
+def ratio_rows(output: str) -> list[tuple[str, str, str]]:
+    """``(measure, against, ratio)`` for every cell of every column whose header is a ratio
+    (``tether/trio``, ``tether / bare``, ``median / trio close``, ``ratio``...)."""
+    rows: list[tuple[str, str, str]] = []
+    header: list[str] = []
+    for line in output.splitlines():
+        if not line.startswith("|"):
+            header = []
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not header:
+            header = cells
+            continue
+        if set(line) <= set("|-: "):
+            continue
+        label = cells[0]
+        if header[0] in ("capacity", "producers"):
+            label = f"{header[0]} {cells[0]}, {header[1]} {cells[1]}"
+        for name, cell in zip(header, cells, strict=False):
+            if ("/" in name or "ratio" in name) and re.fullmatch(r"\d+(\.\d+)?x?", cell):
+                rows.append((label, name, cell.rstrip("x") + "x"))
+    return rows
+
+
+def main() -> None:
+    rows: list[tuple[str, str, str, str]] = []
+    for script in SCRIPTS:
+        done = subprocess.run(
+            [sys.executable, str(HERE / f"{script}.py")], capture_output=True, text=True, check=True
+        )
+        print(done.stdout)
+        rows += [(script, *row) for row in ratio_rows(done.stdout)]
+    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python "
+    machine += platform.python_version()
+    print(f"## Summary, {datetime.date.today().isoformat()}, {machine}\n")
+    print("| benchmark | measure | column | ratio |")
+    print("| --- | --- | --- | ---: |")
+    for script, label, column, ratio in rows:
+        print(f"| {script} | {label} | {column} | {ratio} |")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--from"]:  # summarize saved output from stdin
+        for row in ratio_rows(sys.stdin.read()):
+            print("| " + " | ".join(row) + " |")
+    else:
+        main()
