@@ -31,6 +31,10 @@ logger = logging.getLogger("tether.process")
 _group_ids = itertools.count(1)
 
 
+RECHECKS = 3
+RECHECK_DELAY = 0.005
+
+
 @final
 class ChildGroup:
     """Owns the process trees of one session and epoch; leaving it leaves none behind.
@@ -223,6 +227,13 @@ class ChildGroup:
         leaders = [child.ref for child in self._children]
         with trio.move_on_after(2 * self.grace + KILL_WAIT, shield=True):
             await stop_processes(self.members, leaders, self.grace)
+            # One look can miss a descendant caught mid-exec (its environment, and so its mark,
+            # unreadable for an instant) or one reparented to us just after: look again.
+            for _ in range(RECHECKS):
+                await trio.sleep(RECHECK_DELAY)
+                if not self.members():
+                    break
+                await stop_processes(self.members, leaders, self.grace)
         survivors = self.members()
         for survivor in survivors:
             logger.error(
