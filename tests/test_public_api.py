@@ -105,6 +105,7 @@ PROCESS_TOOLS = {
 LAYERS = [
     "_util",
     "_worker",
+    "_sqlite",
     "channels",
     "signals",
     "process",

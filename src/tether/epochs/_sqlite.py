@@ -17,7 +17,7 @@ from typing import Self, TypeVar
 
 import attrs
 
-from .._worker import Worker
+from .._sqlite import Database, immediate
 from ._store import QueuedPrompt, SessionRecord, Superseded
 
 T = TypeVar("T")
@@ -71,35 +71,19 @@ class SqliteEpochStore:
 
     def __init__(self, path: str | PathLike[str], *, busy_timeout: float = 30.0) -> None:
         self.path = path
-        self._busy_ms = int(busy_timeout * 1000)
-        self._db: sqlite3.Connection | None = None
-        self._worker = Worker(f"tether epochs {path}")
+        self._database = Database(path, _SCHEMA, name="epochs", busy_timeout=busy_timeout)
 
     def __repr__(self) -> str:
         return f"<tether.SqliteEpochStore {str(self.path)!r}>"
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = FULL")
-        db.executescript(_SCHEMA)
-        return db
-
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._worker.run(self._call, fn)
-
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        # On the worker thread: every use of the connection happens here, one at a time.
-        if self._db is None:
-            self._db = self._connect()
-        return fn(self._db)
+        return await self._database.run(fn)
 
     async def bump(self, session: str) -> int:
         """Issue the next epoch of ``session`` (1 for a new one), durably, in one transaction."""
 
         def bump(db: sqlite3.Connection) -> int:
-            with _immediate(db):
+            with immediate(db):
                 (epoch,) = db.execute(_BUMP, (session,)).fetchone()
             return int(epoch)
 
@@ -143,7 +127,7 @@ class SqliteEpochStore:
         """
 
         def save(db: sqlite3.Connection) -> None:
-            with _immediate(db):
+            with immediate(db):
                 current = _current(db, session)
                 if current is not None and epoch < current:
                     raise Superseded(session, epoch, current)
@@ -208,14 +192,7 @@ class SqliteEpochStore:
 
     async def aclose(self) -> None:
         """Close the connection and stop the worker; the store reopens both if used again."""
-
-        def close(db: sqlite3.Connection) -> None:
-            db.close()
-            self._db = None
-
-        if self._db is not None:
-            await self._run(close)
-        self._worker.stop()
+        await self._database.aclose()
 
     async def __aenter__(self) -> Self:
         return self
@@ -227,16 +204,3 @@ class SqliteEpochStore:
 def _current(db: sqlite3.Connection, session: str) -> int | None:
     row = db.execute("SELECT epoch FROM epochs WHERE session = ?", (session,)).fetchone()
     return None if row is None else int(row[0])
-
-
-class _immediate:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` if the block raises."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")

@@ -12,7 +12,7 @@ from typing import Any, Self, TypeVar
 
 import attrs
 
-from .._worker import Worker
+from .._sqlite import Database, immediate
 from ._model import RUNNING, STOPS, Job
 
 T = TypeVar("T")
@@ -50,24 +50,13 @@ class JobStore:
 
     def __init__(self, path: str | PathLike[str]) -> None:
         self.path = path
-        self._db: sqlite3.Connection | None = None
-        self._worker = Worker(f"tether jobs {path}")
+        self._database = Database(path, _SCHEMA, name="jobs")
 
     def __repr__(self) -> str:
         return f"<tether.JobStore {str(self.path)!r}>"
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._worker.run(self._call, fn)
-
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._db is None:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA busy_timeout = 30000")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = FULL")
-            db.executescript(_SCHEMA)
-            self._db = db
-        return fn(self._db)
+        return await self._database.run(fn)
 
     async def create(self, job: Job) -> None:
         """Store a new job.
@@ -105,8 +94,7 @@ class JobStore:
         stored one, queue a planner wake in the same transaction."""
 
         def save(db: sqlite3.Connection) -> None:
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with immediate(db):
                 (before,) = db.execute("SELECT status FROM jobs WHERE id = ?", (job.id,)).fetchone()
                 db.execute(
                     "UPDATE jobs SET status = ?, data = ? WHERE id = ?",
@@ -117,10 +105,6 @@ class JobStore:
                         "INSERT INTO wakes (job, status, reason) VALUES (?, ?, ?)",
                         (job.id, job.status, job.reason),
                     )
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
 
         await self._run(save)
 
@@ -173,14 +157,7 @@ class JobStore:
 
     async def aclose(self) -> None:
         """Close the database and stop the worker thread."""
-
-        def close(db: sqlite3.Connection) -> None:
-            db.close()
-            self._db = None
-
-        if self._db is not None:
-            await self._run(close)
-        self._worker.stop()
+        await self._database.aclose()
 
     async def __aenter__(self) -> Self:
         return self

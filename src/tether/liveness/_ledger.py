@@ -12,7 +12,7 @@ from collections.abc import Callable
 from os import PathLike
 from typing import Self, TypeVar
 
-from .._worker import Worker
+from .._sqlite import Database
 from ._stream import TurnStats
 from ._thresholds import Thresholds, derive
 
@@ -37,23 +37,13 @@ class Ledger:
 
     def __init__(self, path: str | PathLike[str]) -> None:
         self.path = path
-        self._db: sqlite3.Connection | None = None
-        self._worker = Worker(f"tether ledger {path}")
+        self._database = Database(path, _SCHEMA, name="ledger")
 
     def __repr__(self) -> str:
         return f"<tether.Ledger {str(self.path)!r}>"
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._worker.run(self._call, fn)
-
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._db is None:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA busy_timeout = 30000")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.executescript(_SCHEMA)
-            self._db = db
-        return fn(self._db)
+        return await self._database.run(fn)
 
     async def record(self, stats: TurnStats) -> None:
         """Keep one finished turn."""
@@ -100,14 +90,7 @@ class Ledger:
 
     async def aclose(self) -> None:
         """Close the database and stop the worker thread."""
-
-        def close(db: sqlite3.Connection) -> None:
-            db.close()
-            self._db = None
-
-        if self._db is not None:
-            await self._run(close)
-        self._worker.stop()
+        await self._database.aclose()
 
     async def __aenter__(self) -> Self:
         return self

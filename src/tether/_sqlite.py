@@ -1,0 +1,77 @@
+"""``Database``: one SQLite file used from trio, every call on its own worker thread.
+
+The epoch store, the liveness ledger and the job store each keep one file: opened lazily with
+their schema, WAL, a busy timeout so processes queue instead of failing, and the ``synchronous``
+level each one needs; every call runs on one ``Worker`` thread, in order, so the trio run never
+waits on disk and one connection is never used from two threads.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from os import PathLike
+from typing import TypeVar
+
+from ._worker import Worker
+
+T = TypeVar("T")
+
+
+class Database:
+    """A lazily opened SQLite connection and the thread that uses it."""
+
+    def __init__(
+        self,
+        path: str | PathLike[str],
+        schema: str,
+        *,
+        name: str,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+    ) -> None:
+        self.path = path
+        self._schema = schema
+        self._synchronous = synchronous
+        self._busy_ms = int(busy_timeout * 1000)
+        self._db: sqlite3.Connection | None = None
+        self._worker = Worker(f"tether {name} {path}")
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` on the worker thread; what it returns or raises."""
+        return await self._worker.run(self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._db is None:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {self._synchronous}")
+            db.executescript(self._schema)
+            self._db = db
+        return fn(self._db)
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the thread; both come back if the file is used again."""
+
+        def close(db: sqlite3.Connection) -> None:
+            db.close()
+            self._db = None
+
+        if self._db is not None:
+            await self.run(close)
+        self._worker.stop()
+
+
+class immediate:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` if the block raises: the write lock
+    is taken up front, so two processes never read the same value and both write the next."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
