@@ -143,7 +143,13 @@ def test_subpackages_list_what_they_export() -> None:
     assert set(tether.wire.__all__) >= {"Hello", "Welcome", "Superseded", "ProtocolError", "serve"}
     assert set(tether.wire.__all__) & set(tether.__all__) == {"Superseded"}
     assert tether.Superseded is tether.epochs.Superseded is not tether.wire.Superseded
-    assert set(tether.journal.__all__) == PUBLIC["tether.journal"] | {"Event", "Message", "Repair"}
+    assert set(tether.journal.__all__) == PUBLIC["tether.journal"] | {
+        "Entry",
+        "Event",
+        "Message",
+        "Repair",
+        "scan",
+    }
 
 
 def test_lower_layers_never_import_upper_ones() -> None:

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import trio
 
-from ..journal._disk import scan
-from ..journal._entries import Message, ToolCall, ToolResult
+from ..journal import Message, ToolCall, ToolResult, scan
 from ..process import find_twins, start
 from ..wire import Prompt
 from ._demo_daemon import demo_agentd, show_events

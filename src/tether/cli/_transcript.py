@@ -8,9 +8,7 @@ from typing import Any, TextIO
 
 import trio
 
-from ..journal import JournalError, Transcript
-from ..journal._disk import scan
-from ..journal._entries import Entry, Event, Message, ToolCall, ToolResult
+from ..journal import Entry, Event, JournalError, Message, ToolCall, ToolResult, Transcript, scan
 
 
 def _brief(value: Any, width: int = 60) -> str:
