@@ -39,13 +39,18 @@ async def test_a_setsid_grandchild_is_gone_after_cmd_exits(tmp_path: Path) -> No
     assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == "zombie"
 
 
-async def test_sigterm_reaches_cmd_and_names_the_sender(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "signo", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1], ids=lambda s: s.name
+)
+async def test_a_signal_reaches_cmd_and_names_the_sender(
+    tmp_path: Path, signo: signal.Signals
+) -> None:
     report, log = tmp_path / "report", tmp_path / "run.log"
-    reporter = python(SIGINT_REPORTER.replace("SIGINT", "SIGTERM"), str(report), "got SIGTERM")
+    reporter = python(SIGINT_REPORTER.replace("SIGINT", signo.name), str(report), signo.name)
     process = subprocess.Popen([*RUN, "--log", str(log), "--", *reporter])
     try:
         await wait_until(lambda: Path(str(report) + ".ready").exists())
-        os.kill(process.pid, signal.SIGTERM)
+        os.kill(process.pid, signo)
         with trio.fail_after(10):
             while process.poll() is None:
                 await trio.sleep(0.01)
@@ -53,11 +58,11 @@ async def test_sigterm_reaches_cmd_and_names_the_sender(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
         process.wait()
-    assert process.returncode == 0  # CMD handled SIGTERM and exited 0
-    assert report.read_text() == "got SIGTERM"
+    assert process.returncode == 0  # CMD handled the signal and exited 0
+    assert report.read_text() == signo.name
     text = log.read_text()
-    assert f"received SIGTERM from pid={os.getpid()}" in text
-    assert "forwarded SIGTERM to pid" in text
+    assert f"received {signo.name} from pid={os.getpid()}" in text
+    assert f"forwarded {signo.name} to pid" in text
 
 
 async def test_cmd_ignoring_sigterm_is_stopped_after_grace(tmp_path: Path) -> None:
