@@ -99,9 +99,6 @@ class _Harness:
     code: int | None = None
     retired: trio.Event | None = None
 
-    def alive(self) -> bool:
-        return not self.exited.is_set() and self.ref.is_alive()
-
 
 @attrs.define(eq=False)
 class _Session:

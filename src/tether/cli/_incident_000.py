@@ -31,10 +31,16 @@ def _entries(path: Path) -> list[object]:
 
 
 async def _until(predicate: Callable[[], bool], what: str) -> None:
-    """Bounded polling: the harness leaves only files and processes to watch."""
-    with trio.fail_after(20):
+    """Bounded polling: the harness leaves only files and processes to watch.
+
+    Raises:
+        TimeoutError: naming ``what`` did not happen within 20 s.
+    """
+    with trio.move_on_after(20):
         while not predicate():  # noqa: ASYNC110
             await trio.sleep(0.02)
+        return
+    raise TimeoutError(f"waited 20 s for {what}")
 
 
 async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:

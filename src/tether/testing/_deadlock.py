@@ -197,13 +197,13 @@ def all_tasks() -> list[trio.lowlevel.Task]:
     return found
 
 
-def report(*, internal: bool = False) -> str:
+def report() -> str:
     """Each task (but the run's and the test machinery's own), the line it waits on, and for a
     task waiting on a tether channel, the channel's live senders and where they were made."""
     lines = []
     for task in all_tasks():
         frames = [frame for frame, _ in task.iter_await_frames()]
-        if not frames or (not internal and _is_internal(task, frames)):
+        if not frames or _is_internal(task, frames):
             continue
         frame = _user_frame(frames)
         lines.append(f"  task {task.name!r} waits at {_where(frame)}")

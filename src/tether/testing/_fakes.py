@@ -50,7 +50,7 @@ class FakeAgentd:
     hellos: list[Hello] = attrs.field(factory=list)
     pongs: list[int] = attrs.field(factory=list)
     connected: trio.Event = attrs.field(factory=trio.Event)
-    _connections: list[Connection] = attrs.field(factory=list)
+    _connections: dict[Connection, Hello] = attrs.field(factory=dict)
 
     @classmethod
     @asynccontextmanager
@@ -74,7 +74,7 @@ class FakeAgentd:
             await connection.send(Superseded(hello.session, hello.epoch, current))
             return
         await connection.send(Welcome(hello.session, hello.epoch, self.heartbeat))
-        self._connections.append(connection)
+        self._connections[connection] = hello
         self.connected.set()
         try:
             async with trio.open_nursery() as nursery:
@@ -84,7 +84,7 @@ class FakeAgentd:
                         self.pongs.append(message.seq)
                 nursery.cancel_scope.cancel()
         finally:
-            self._connections.remove(connection)
+            del self._connections[connection]
 
     async def _ping(self, connection: Connection) -> None:
         seq = 0
@@ -112,8 +112,7 @@ class FakeAgentd:
     async def supersede(self, current: int) -> int:
         """Tell every connected harness it is superseded by ``current``."""
         sent = 0
-        for connection in list(self._connections):
-            hello = self.hellos[-1]
+        for connection, hello in list(self._connections.items()):
             try:
                 await connection.send(Superseded(hello.session, hello.epoch, current))
             except ChannelClosed:
