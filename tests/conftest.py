@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from etcd_cluster import Cluster, require
 from tether.process._proc import become_subreaper
 
 
@@ -46,3 +47,15 @@ def no_process_left_behind() -> Iterator[None]:
     psutil.wait_procs([*zombies, *alive], timeout=5.0)
     if described:
         pytest.fail("processes left behind by the suite:\n" + "\n".join(described))
+
+
+@pytest.fixture(scope="session")
+def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One three-member etcd cluster on loopback for the whole run (started on first use,
+    stopped by pid at the end); tests keep apart by key prefix."""
+    cluster = Cluster(require(), tmp_path_factory.mktemp("etcd"))
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.stop()

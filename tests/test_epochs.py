@@ -1,4 +1,5 @@
-"""tether.epochs: SqliteEpochStore, alone and shared by ten real processes."""
+"""tether.epochs: the EpochStore protocol on both stores (SQLite and a real etcd cluster),
+alone and shared by ten real processes."""
 
 from __future__ import annotations
 
@@ -6,17 +7,41 @@ import json
 import pickle
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
+from etcd_cluster import Cluster
 from helpers import python
 from tether import EpochStore, SessionRecord, SqliteEpochStore, Superseded
+from tether.epochs import QueuedPrompt
+
+Opener = Callable[[], Any]
+"""Opens another handle on the same store (a reopen, or another process's view)."""
 
 
-async def test_bump_issues_strictly_increasing_epochs_per_session(tmp_path: Path) -> None:
-    async with SqliteEpochStore(tmp_path / "e.db") as store:
+@pytest.fixture(params=["sqlite", "etcd"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def opener(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Opener:
+    if kind == "sqlite":
+        return lambda: SqliteEpochStore(tmp_path / "e.db")
+    from tether.epochs import EtcdEpochStore
+
+    cluster: Cluster = request.getfixturevalue("etcd_cluster")
+    prefix = f"/test-{uuid.uuid4().hex}"
+    return lambda: EtcdEpochStore(cluster.endpoints, prefix=prefix, host_id="h1", lease_ttl=5)
+
+
+async def test_bump_issues_strictly_increasing_epochs_per_session(opener: Opener) -> None:
+    async with opener() as store:
         assert await store.current("s1") is None
         assert [await store.bump("s1") for _ in range(3)] == [1, 2, 3]
         assert await store.bump("s2") == 1
@@ -24,8 +49,8 @@ async def test_bump_issues_strictly_increasing_epochs_per_session(tmp_path: Path
         await store.check("s1", 3)
 
 
-async def test_check_refuses_an_old_epoch_naming_both(tmp_path: Path) -> None:
-    async with SqliteEpochStore(tmp_path / "e.db") as store:
+async def test_check_refuses_an_old_epoch_naming_both(opener: Opener) -> None:
+    async with opener() as store:
         await store.bump("s1")
         await store.bump("s1")
         with pytest.raises(
@@ -37,15 +62,15 @@ async def test_check_refuses_an_old_epoch_naming_both(tmp_path: Path) -> None:
             await store.check("unknown", 1)
 
 
-async def test_epochs_survive_reopening(tmp_path: Path) -> None:
-    async with SqliteEpochStore(tmp_path / "e.db") as store:
+async def test_epochs_survive_reopening(opener: Opener) -> None:
+    async with opener() as store:
         await store.bump("s1")
-    async with SqliteEpochStore(tmp_path / "e.db") as again:
+    async with opener() as again:
         assert await again.bump("s1") == 2
 
 
-async def test_save_is_fenced_by_the_epoch(tmp_path: Path) -> None:
-    async with SqliteEpochStore(tmp_path / "e.db") as store:
+async def test_save_is_fenced_by_the_epoch(opener: Opener) -> None:
+    async with opener() as store:
         old = await store.bump("s1")
         new = await store.bump("s1")
         record = SessionRecord(pid=42, create_time=1.5, boot_id="b", state="running")
@@ -64,25 +89,37 @@ def test_superseded_pickles_with_its_fields() -> None:
     assert str(error) == "session 's': epoch 3 is superseded; the current epoch is 4"
 
 
-def test_the_sqlite_store_is_an_epoch_store(tmp_path: Path) -> None:
-    assert isinstance(SqliteEpochStore(tmp_path / "e.db"), EpochStore)
+def test_both_stores_are_epoch_stores(opener: Opener) -> None:
+    assert isinstance(opener(), EpochStore)
 
 
 BUMPER = """
     import json, sys, trio, tether
+    from tether.epochs import EtcdEpochStore
     async def main():
-        async with tether.SqliteEpochStore(sys.argv[1]) as store:
-            print(json.dumps([await store.bump("shared") for _ in range(int(sys.argv[2]))]))
+        kind, where, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        if kind == "sqlite":
+            store = tether.SqliteEpochStore(where)
+        else:
+            endpoints, prefix = where.split(" ")
+            store = EtcdEpochStore(endpoints.split(","), prefix=prefix, host_id="h1")
+        async with store:
+            print(json.dumps([await store.bump("shared") for _ in range(n)]))
     trio.run(main)
 """
 
 
-async def test_ten_processes_bumping_concurrently_never_share_an_epoch(tmp_path: Path) -> None:
-    db = tmp_path / "shared.db"
-    async with SqliteEpochStore(db) as store:  # create the file and schema first
+async def test_ten_processes_bumping_concurrently_never_share_an_epoch(
+    kind: str, opener: Opener
+) -> None:
+    n = 100 if kind == "sqlite" else 30
+    async with opener() as store:  # create the file and schema first
         await store.current("shared")
+        where = (
+            str(store.path) if kind == "sqlite" else f"{','.join(store.endpoints)} {store.prefix}"
+        )
     procs = [
-        subprocess.Popen(python(BUMPER, str(db), "100"), stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(python(BUMPER, kind, where, str(n)), stdout=subprocess.PIPE, text=True)
         for _ in range(10)
     ]
     try:
@@ -94,25 +131,23 @@ async def test_ten_processes_bumping_concurrently_never_share_an_epoch(tmp_path:
     assert all(p.returncode == 0 for p in procs)
     per_process = [json.loads(out) for out, _ in outputs]
     everything = [epoch for epochs in per_process for epoch in epochs]
-    assert sorted(everything) == list(range(1, 1001)), "an epoch was issued twice or skipped"
+    assert sorted(everything) == list(range(1, 10 * n + 1)), "an epoch was issued twice or skipped"
     for epochs in per_process:
         assert epochs == sorted(epochs)
         assert len(set(epochs)) == len(epochs)
-    async with SqliteEpochStore(db) as store:
-        assert await store.current("shared") == 1000
+    async with opener() as store:
+        assert await store.current("shared") == 10 * n
     assert sys.executable
 
 
-async def test_the_outbox_keeps_prompts_until_settled(tmp_path: Path) -> None:
-    from tether.epochs import QueuedPrompt
-
-    async with SqliteEpochStore(tmp_path / "e.db") as store:
+async def test_the_outbox_keeps_prompts_until_settled(opener: Opener) -> None:
+    async with opener() as store:
         await store.enqueue(QueuedPrompt("s1", "a", "first", {"k": 1}))
         await store.enqueue(QueuedPrompt("s2", "b", "second"))
         await store.enqueue(QueuedPrompt("s1", "a", "first again"))  # same id: one prompt
         await store.attempted("s1", "a")
         await store.attempted("s1", "a")
-    async with SqliteEpochStore(tmp_path / "e.db") as store:  # it survived the close
+    async with opener() as store:  # it survived the close
         assert await store.pending() == [
             QueuedPrompt("s1", "a", "first", {"k": 1}, attempts=2),
             QueuedPrompt("s2", "b", "second"),

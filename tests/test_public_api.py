@@ -4,6 +4,8 @@ import only downwards."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from importlib.resources import files
 from pathlib import Path
 
@@ -40,6 +42,9 @@ PUBLIC = {
     "tether.process": {"Child", "ChildGroup", "ProcessRef", "SpawnError", "find_twins"},
     "tether.epochs": {
         "EpochStore",
+        "EtcdEpochStore",
+        "OwnedElsewhere",
+        "StoreUnavailable",
         "QueuedPrompt",
         "SessionRecord",
         "SqliteEpochStore",
@@ -205,3 +210,12 @@ def test_the_testing_plugin_stays_out_of_the_core() -> None:
     }
     check = "import sys, tether, tether.cli; assert 'pytest' not in sys.modules, 'pytest imported'"
     subprocess.run([sys.executable, "-c", check], check=True)
+
+
+def test_the_core_never_imports_the_etcd_extra() -> None:
+    code = (
+        "import sys, tether, tether.agentd, tether.cli, tether.testing;"
+        " assert 'httpx' not in sys.modules and 'tether.epochs._etcd' not in sys.modules;"
+        " tether.EtcdEpochStore; assert 'httpx' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,7 +1,10 @@
 """tether: keeps agent harness processes and their children honest about being alive.
 
 This module only re-exports the public names of ``DESIGN.md``; each lives in its layer.
+``EtcdEpochStore`` is imported on first use, so tether never needs httpx unless it is used.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from .agentd import Agentd as Agentd
 from .agentd import AgentdError as AgentdError
@@ -27,9 +30,11 @@ from .channels import channel as channel
 from .channels import oneshot as oneshot
 from .channels import watch as watch
 from .epochs import EpochStore as EpochStore
+from .epochs import OwnedElsewhere as OwnedElsewhere
 from .epochs import QueuedPrompt as QueuedPrompt
 from .epochs import SessionRecord as SessionRecord
 from .epochs import SqliteEpochStore as SqliteEpochStore
+from .epochs import StoreUnavailable as StoreUnavailable
 from .epochs import Superseded as Superseded
 from .harness import HarnessContext as HarnessContext
 from .harness import run_harness as run_harness
@@ -125,10 +130,12 @@ __all__ = [
     "Receiver",
     "SendError",
     "Sender",
+    "OwnedElsewhere",
     "SessionRecord",
     "SignalEvent",
     "SpawnError",
     "SqliteEpochStore",
+    "StoreUnavailable",
     "Superseded",
     "ToolCall",
     "ToolResult",
@@ -137,8 +144,20 @@ __all__ = [
     "WatchSender",
     "WeakSender",
     "channel",
+    "EtcdEpochStore",
     "find_twins",
     "oneshot",
     "run_harness",
     "watch",
 ]
+
+if TYPE_CHECKING:
+    from .epochs import EtcdEpochStore as EtcdEpochStore
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EtcdEpochStore":
+        from . import epochs
+
+        return epochs.EtcdEpochStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,9 +29,11 @@ class Database:
         name: str,
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
+        upgrade: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
         self.path = path
         self._schema = schema
+        self._upgrade = upgrade
         self._synchronous = synchronous
         self._busy_ms = int(busy_timeout * 1000)
         self._db: sqlite3.Connection | None = None
@@ -48,6 +50,8 @@ class Database:
             db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
             db.executescript(self._schema)
+            if self._upgrade is not None:
+                self._upgrade(db)
             self._db = db
         return fn(self._db)
 

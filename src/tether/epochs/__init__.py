@@ -1,13 +1,43 @@
-"""Fencing epochs: a newer epoch provably supersedes an older one, on checks and on writes."""
+"""Fencing epochs: a newer epoch provably supersedes an older one, on checks and on writes.
+
+``EtcdEpochStore`` is imported on first use only: it needs the ``tether[etcd]`` extra (httpx),
+which the rest of tether never imports.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from ._sqlite import SqliteEpochStore as SqliteEpochStore
 from ._store import EpochStore as EpochStore
+from ._store import OwnedElsewhere as OwnedElsewhere
 from ._store import QueuedPrompt as QueuedPrompt
 from ._store import SessionRecord as SessionRecord
+from ._store import StoreUnavailable as StoreUnavailable
 from ._store import Superseded as Superseded
 
-__all__ = ["EpochStore", "QueuedPrompt", "SessionRecord", "SqliteEpochStore", "Superseded"]
+__all__ = [
+    "EpochStore",
+    "EtcdEpochStore",
+    "OwnedElsewhere",
+    "QueuedPrompt",
+    "SessionRecord",
+    "SqliteEpochStore",
+    "StoreUnavailable",
+    "Superseded",
+]
+
+if TYPE_CHECKING:
+    from ._etcd import EtcdEpochStore as EtcdEpochStore
 
 for _name in __all__:
-    globals()[_name].__module__ = __name__
+    if _name in globals():
+        globals()[_name].__module__ = __name__
 del _name
+
+
+def __getattr__(name: str) -> Any:
+    if name == "EtcdEpochStore":
+        from ._etcd import EtcdEpochStore
+
+        EtcdEpochStore.__module__ = __name__
+        return EtcdEpochStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from os import PathLike
 from typing import Self, TypeVar
 
-import attrs
-
 from .._sqlite import Database, immediate
 from ._store import QueuedPrompt, SessionRecord, Superseded
 
@@ -35,7 +33,8 @@ CREATE TABLE IF NOT EXISTS records (
     boot_id     TEXT,
     state       TEXT NOT NULL,
     restarts    INTEGER NOT NULL,
-    reason      TEXT
+    reason      TEXT,
+    host        TEXT
 );
 CREATE TABLE IF NOT EXISTS outbox (
     seq      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -52,7 +51,14 @@ _BUMP = (
     "INSERT INTO epochs (session, epoch) VALUES (?, 1)"
     " ON CONFLICT (session) DO UPDATE SET epoch = epoch + 1 RETURNING epoch"
 )
-_FIELDS = ("pid", "create_time", "boot_id", "state", "restarts", "reason")
+_FIELDS = ("pid", "create_time", "boot_id", "state", "restarts", "reason", "host")
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """Add the ``host`` column to a file written before records named their host."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(records)")}
+    if "host" not in columns:
+        db.execute("ALTER TABLE records ADD COLUMN host TEXT")
 
 
 class SqliteEpochStore:
@@ -71,7 +77,9 @@ class SqliteEpochStore:
 
     def __init__(self, path: str | PathLike[str], *, busy_timeout: float = 30.0) -> None:
         self.path = path
-        self._database = Database(path, _SCHEMA, name="epochs", busy_timeout=busy_timeout)
+        self._database = Database(
+            path, _SCHEMA, name="epochs", busy_timeout=busy_timeout, upgrade=_upgrade
+        )
 
     def __repr__(self) -> str:
         return f"<tether.SqliteEpochStore {str(self.path)!r}>"
@@ -131,11 +139,11 @@ class SqliteEpochStore:
                 current = _current(db, session)
                 if current is not None and epoch < current:
                     raise Superseded(session, epoch, current)
-                values = attrs.astuple(attrs.evolve(record, epoch=epoch), recurse=False)
+                values = tuple(getattr(record, field) for field in _FIELDS)
                 db.execute(
                     f"INSERT OR REPLACE INTO records (session, {', '.join(_FIELDS)}, epoch)"
                     f" VALUES (?, {', '.join('?' for _ in _FIELDS)}, ?)",
-                    (session, *values),
+                    (session, *values, epoch),
                 )
 
         await self._run(save)

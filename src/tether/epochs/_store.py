@@ -27,6 +27,32 @@ class Superseded(Exception):
         return type(self), (self.session, self.epoch, self.current)
 
 
+class StoreUnavailable(Exception):
+    """The store could not be reached or could not answer within its bound; nothing is known
+    about the operation's effect beyond what the store guarantees for retries."""
+
+    def __init__(self, endpoints: str, error: str) -> None:
+        super().__init__(f"epoch store at {endpoints} unavailable: {error}")
+        self.endpoints = endpoints
+        self.error = error
+
+    def __reduce__(self) -> tuple[type[StoreUnavailable], tuple[str, str]]:
+        return type(self), (self.endpoints, self.error)
+
+
+class OwnedElsewhere(Exception):
+    """``session`` belongs to another live host (its lease holds); only that host may bump
+    it until the lease expires."""
+
+    def __init__(self, session: str, host: str) -> None:
+        super().__init__(f"session {session!r} is owned by host {host!r}, whose lease is alive")
+        self.session = session
+        self.host = host
+
+    def __reduce__(self) -> tuple[type[OwnedElsewhere], tuple[str, str]]:
+        return type(self), (self.session, self.host)
+
+
 @attrs.frozen
 class SessionRecord:
     """What the daemon keeps about a session's harness between its own restarts."""
@@ -45,6 +71,8 @@ class SessionRecord:
     """Why the session is in this state (for ``failed`` above all)."""
     epoch: int | None = None
     """The epoch whose holder wrote this record (set by the store on ``save``)."""
+    host: str | None = None
+    """The host id of the daemon that wrote it (``None`` for a single-host store's daemon)."""
 
 
 @attrs.frozen

@@ -1,0 +1,511 @@
+"""``EtcdEpochStore``: epochs, session records, queued prompts and host leases in etcd.
+
+It speaks etcd's v3 JSON gateway with httpx's async client, which runs on trio, so the lease
+keepalive and the ownership watch are ordinary tasks that cancel cleanly in a nursery (ADR
+0017). Keys, under ``prefix``::
+
+    epoch/<session>            the epoch; never on a lease, so an expiry cannot reset it
+    record/<session>           the session record (JSON), fenced by the epoch key
+    owner/<session>            the owning host's id, on that host's lease
+    host/<host>                the host's id, on its lease (who is alive)
+    outbox/<session>/<id>      a queued prompt (JSON), ordered by creation revision
+
+Every bump and fenced write is one transaction that compares the ``mod_revision`` read just
+before it and retries on conflict, so two writers can never both succeed from the same read.
+Every call is bounded by ``timeout``: past it, or when no endpoint answers, it raises
+``StoreUnavailable`` naming the endpoints and the errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Self
+from urllib.parse import quote, unquote
+
+import httpx
+import trio
+
+from ._store import OwnedElsewhere, QueuedPrompt, SessionRecord, StoreUnavailable, Superseded
+
+logger = logging.getLogger("tether.epochs")
+
+_RETRYABLE = {4, 14}
+"""gRPC codes worth another endpoint: deadline exceeded, unavailable (no leader, a restart)."""
+_WIDTH = 20
+"""Epochs are stored zero-padded so that etcd's byte-wise value comparison is numeric."""
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _unb64(text: str) -> str:
+    return base64.b64decode(text).decode()
+
+
+def _prefix_end(key: str) -> str:
+    """The range end that makes a range over ``key`` a range over every key starting with it."""
+    raw = bytearray(key.encode())
+    raw[-1] += 1
+    return base64.b64encode(bytes(raw)).decode()
+
+
+def _kv(response: dict[str, Any]) -> dict[str, Any] | None:
+    """The single key-value of a range response, or ``None``."""
+    kvs = response.get("response_range", response).get("kvs") or []
+    return kvs[0] if kvs else None
+
+
+def _rev(kv: dict[str, Any] | None) -> str:
+    return "0" if kv is None else str(kv.get("mod_revision", "0"))
+
+
+class EtcdEpochStore:
+    """The ``EpochStore`` shared by daemons on several hosts, on an etcd cluster.
+
+    Args:
+        endpoints: client URLs (``http://host:port``) or ``host:port`` pairs of the members.
+        prefix: where its keys live (several deployments can share a cluster).
+        host_id: this daemon's host; it owns the sessions it bumps while its lease lives.
+        lease_ttl: seconds the host's lease lives without a keepalive.
+        timeout: the bound of every operation, across all endpoints.
+
+    ``keep_alive`` must run (in a nursery) for the lease to outlive ``lease_ttl``; ``Agentd``
+    runs it. ``lease_held`` turns false once no keepalive has been confirmed for the lease's
+    TTL, which happens before etcd itself can expire the lease (the TTL counts from when a
+    keepalive was sent here, etcd counts from when it arrived there).
+
+    Example::
+
+        store = EtcdEpochStore(["127.0.0.1:2379"], host_id="host-a", lease_ttl=10)
+        epoch = await store.bump("s1")
+    """
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        prefix: str = "/tether",
+        host_id: str,
+        lease_ttl: int = 10,
+        timeout: float = 5.0,
+    ) -> None:
+        if not endpoints:
+            raise ValueError("name at least one etcd endpoint")
+        if lease_ttl < 2 or not host_id or "/" in host_id:
+            raise ValueError("lease_ttl must be at least 2 and host_id non-empty without '/'")
+        self.endpoints = tuple(e if "://" in e else f"http://{e}" for e in endpoints)
+        self.prefix = prefix.rstrip("/") + "/"
+        self.host_id = host_id
+        self.lease_ttl = lease_ttl
+        self.timeout = timeout
+        self._client: httpx.AsyncClient | None = None
+        self._good = 0
+        self._lease: int | None = None
+        self._lease_until = -math.inf
+        self._lease_lock = trio.Lock()
+        self._owned: dict[str, int] = {}
+        self._lost_logged = False
+
+    def __repr__(self) -> str:
+        return f"<tether.EtcdEpochStore {','.join(self.endpoints)} host={self.host_id!r}>"
+
+    # -- transport --------------------------------------------------------------------------
+
+    async def _call(
+        self, path: str, body: dict[str, Any], *, bound: float | None = None
+    ) -> dict[str, Any]:
+        """POST ``body`` to the first endpoint that answers, starting with the last good one,
+        within ``bound`` seconds (default: the store's ``timeout``)."""
+        bound = self.timeout if bound is None else min(bound, self.timeout)
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout, connect=min(1.0, self.timeout))
+            )
+        errors: list[str] = []
+        with trio.move_on_after(bound):
+            for step in range(len(self.endpoints)):
+                index = (self._good + step) % len(self.endpoints)
+                endpoint = self.endpoints[index]
+                try:
+                    response = await self._client.post(endpoint + path, json=body)
+                    data = response.json()
+                except (httpx.HTTPError, ValueError) as exc:
+                    errors.append(f"{endpoint}: {type(exc).__name__}: {exc}")
+                    continue
+                if response.status_code == 200:
+                    self._good = index
+                    return dict(data)
+                message = data.get("message") or data.get("error") or response.text
+                if data.get("code") in _RETRYABLE or response.status_code >= 500:
+                    errors.append(f"{endpoint}: {message}")
+                    continue
+                raise StoreUnavailable(self._where(), f"{path} refused: {message}")
+            raise StoreUnavailable(self._where(), "; ".join(errors))
+        errors.append(f"no answer within {bound:g}s")
+        raise StoreUnavailable(self._where(), "; ".join(errors))
+
+    def _where(self) -> str:
+        return ",".join(self.endpoints)
+
+    def _dir(self, kind: str) -> str:
+        return f"{self.prefix}{kind}/"
+
+    def _key(self, kind: str, *parts: str) -> str:
+        for part in parts:
+            if not part or "/" in part:
+                raise ValueError(f"{kind} name {part!r}: must be non-empty without '/'")
+        return self.prefix + "/".join((kind, *parts))
+
+    async def _range(self, key: str, *, prefix: bool = False) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {"key": _b64(key)}
+        if prefix:
+            body["range_end"] = _prefix_end(key)
+        return list((await self._call("/v3/kv/range", body)).get("kvs") or [])
+
+    async def _txn(
+        self, compare: list[dict[str, Any]], success: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return await self._call("/v3/kv/txn", {"compare": compare, "success": success})
+
+    @staticmethod
+    def _same_rev(key: str, rev: str) -> dict[str, Any]:
+        return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": rev}
+
+    @staticmethod
+    def _put(key: str, value: str, lease: int | None = None) -> dict[str, Any]:
+        put: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
+        if lease is not None:
+            put["lease"] = str(lease)
+        return {"request_put": put}
+
+    # -- epochs and records -----------------------------------------------------------------
+
+    async def _read(self, *keys: str) -> list[dict[str, Any] | None]:
+        """The keys' values at one revision (a read-only transaction)."""
+        ranges = [{"request_range": {"key": _b64(key)}} for key in keys]
+        answer = await self._txn([], ranges)
+        return [_kv(response) for response in answer.get("responses", [])]
+
+    async def bump(self, session: str) -> int:
+        """Issue the next epoch of ``session`` and make this host its owner, in one
+        compare-and-swap transaction (retried on conflict).
+
+        Raises:
+            OwnedElsewhere: another host owns the session and its lease is alive.
+            StoreUnavailable: etcd did not answer within ``timeout``.
+        """
+        epoch_key, owner_key = self._key("epoch", session), self._key("owner", session)
+        while True:
+            lease = await self._ensure_lease()
+            epoch_kv, owner_kv = await self._read(epoch_key, owner_key)
+            if owner_kv is not None and (host := _unb64(owner_kv["value"])) != self.host_id:
+                raise OwnedElsewhere(session, host)
+            epoch = 1 + (0 if epoch_kv is None else int(_unb64(epoch_kv["value"])))
+            answer = await self._txn(
+                [
+                    self._same_rev(epoch_key, _rev(epoch_kv)),
+                    self._same_rev(owner_key, _rev(owner_kv)),
+                ],
+                [
+                    self._put(epoch_key, f"{epoch:0{_WIDTH}d}"),
+                    self._put(owner_key, self.host_id, lease),
+                ],
+            )
+            if answer.get("succeeded"):
+                self._owned[session] = epoch
+                return epoch
+
+    async def current(self, session: str) -> int | None:
+        """The latest epoch issued for ``session`` (a linearizable read), or ``None``."""
+        kvs = await self._range(self._key("epoch", session))
+        return int(_unb64(kvs[0]["value"])) if kvs else None
+
+    async def check(self, session: str, epoch: int) -> None:
+        """Return if ``epoch`` is current.
+
+        Raises:
+            Superseded: a newer epoch was issued, or none ever was.
+        """
+        current = await self.current(session)
+        if current != epoch:
+            raise Superseded(session, epoch, current)
+
+    async def owner(self, session: str) -> str | None:
+        """The host whose live lease owns ``session``, or ``None``."""
+        kvs = await self._range(self._key("owner", session))
+        return _unb64(kvs[0]["value"]) if kvs else None
+
+    async def record(self, session: str) -> SessionRecord | None:
+        """The record last saved for ``session``, or ``None``."""
+        kvs = await self._range(self._key("record", session))
+        return SessionRecord(**json.loads(_unb64(kvs[0]["value"]))) if kvs else None
+
+    async def save(self, session: str, record: SessionRecord, *, epoch: int) -> None:
+        """Store ``record`` as written by the holder of ``epoch``: the transaction compares the
+        epoch key's revision read just before, so a stale writer can never land.
+
+        Raises:
+            Superseded: ``epoch`` is older than the current epoch.
+        """
+        epoch_key = self._key("epoch", session)
+        value = json.dumps({**_fields(record), "epoch": epoch})
+        while True:
+            (epoch_kv,) = await self._read(epoch_key)
+            current = None if epoch_kv is None else int(_unb64(epoch_kv["value"]))
+            if current is not None and epoch < current:
+                raise Superseded(session, epoch, current)
+            answer = await self._txn(
+                [self._same_rev(epoch_key, _rev(epoch_kv))],
+                [self._put(self._key("record", session), value)],
+            )
+            if answer.get("succeeded"):
+                return
+
+    async def sessions(self) -> list[str]:
+        """Every session with a saved record, sorted."""
+        start = self._dir("record")
+        kvs = await self._range(start, prefix=True)
+        return sorted(_unb64(kv["key"])[len(start) :] for kv in kvs)
+
+    # -- the outbox -------------------------------------------------------------------------
+
+    def _outbox_key(self, session: str, prompt_id: str) -> str:
+        return self._key("outbox", session, quote(prompt_id, safe=""))
+
+    async def enqueue(self, prompt: QueuedPrompt) -> None:
+        """Queue ``prompt`` unless its id is already queued for the session (one
+        transaction comparing the key's creation revision with 0)."""
+        key = self._outbox_key(prompt.session, prompt.id)
+        value = json.dumps(
+            {"text": prompt.text, "meta": prompt.meta, "attempts": prompt.attempts, "outcome": None}
+        )
+        create = {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+        await self._txn([create], [self._put(key, value)])
+
+    async def _update(self, session: str, prompt_id: str, change: dict[str, Any]) -> None:
+        key = self._outbox_key(session, prompt_id)
+        while True:
+            kvs = await self._range(key)
+            if not kvs:
+                return
+            item = json.loads(_unb64(kvs[0]["value"]))
+            if "attempts" in change:
+                change = {"attempts": item["attempts"] + 1}
+            answer = await self._txn(
+                [self._same_rev(key, _rev(kvs[0]))],
+                [self._put(key, json.dumps({**item, **change}))],
+            )
+            if answer.get("succeeded"):
+                return
+
+    async def attempted(self, session: str, prompt_id: str) -> None:
+        """Count one more delivery attempt of a queued prompt."""
+        await self._update(session, prompt_id, {"attempts": 1})
+
+    async def settle(self, session: str, prompt_id: str, outcome: str) -> None:
+        """Record the prompt's outcome; it is no longer ``pending``."""
+        await self._update(session, prompt_id, {"outcome": outcome})
+
+    async def pending(self) -> list[QueuedPrompt]:
+        """Every queued prompt without an outcome, oldest (first created) first."""
+        start = self._dir("outbox")
+        kvs = sorted(
+            await self._range(start, prefix=True), key=lambda kv: int(kv["create_revision"])
+        )
+        queued = []
+        for kv in kvs:
+            session, _, quoted = _unb64(kv["key"])[len(start) :].partition("/")
+            item = json.loads(_unb64(kv["value"]))
+            if item["outcome"] is None:
+                queued.append(
+                    QueuedPrompt(
+                        session, unquote(quoted), item["text"], item["meta"], item["attempts"]
+                    )
+                )
+        return queued
+
+    # -- the host lease ---------------------------------------------------------------------
+
+    def lease_held(self) -> bool:
+        """Whether this host's lease is known alive: granted, and kept alive within its TTL
+        (by this process's clock, counted from when the last keepalive was sent)."""
+        return self._lease is not None and trio.current_time() < self._lease_until
+
+    async def _ensure_lease(self) -> int:
+        async with self._lease_lock:
+            if self._lease is not None and self.lease_held():
+                return self._lease
+            sent = trio.current_time()
+            granted = await self._call("/v3/lease/grant", {"TTL": self.lease_ttl})
+            lease = int(granted["ID"])
+            self._lease, self._lease_until = lease, sent + int(granted["TTL"])
+            host = self._put(self._key("host", self.host_id), "", lease)["request_put"]
+            await self._call("/v3/kv/put", host)
+            if self._lost_logged:
+                logger.warning("host %s: granted a new lease %x", self.host_id, lease)
+                self._lost_logged = False
+            await self._reclaim(lease)
+            return lease
+
+    async def _reclaim(self, lease: int) -> None:
+        """Hang the sessions this host owned on the new lease, unless another host bumped
+        them meanwhile (those are forgotten: their harness here is superseded)."""
+        for session, epoch in list(self._owned.items()):
+            epoch_key, owner_key = self._key("epoch", session), self._key("owner", session)
+            same = {
+                "key": _b64(epoch_key),
+                "target": "VALUE",
+                "result": "EQUAL",
+                "value": _b64(f"{epoch:0{_WIDTH}d}"),
+            }
+            free = {
+                "key": _b64(owner_key),
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": "0",
+            }
+            answer = await self._txn([same, free], [self._put(owner_key, self.host_id, lease)])
+            if not answer.get("succeeded"):
+                del self._owned[session]
+                logger.warning(
+                    "host %s: session %s was taken over while its lease was lost",
+                    self.host_id,
+                    session,
+                )
+
+    async def keep_alive(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Hold this host's lease until cancelled: grant it, then keep it alive every third of
+        its TTL; while keepalives fail, retry every second, log the loss as soon as the TTL
+        has passed since the last confirmed one (``lease_held`` is then false), and grant a
+        new lease once etcd answers again.
+
+        Raises:
+            StoreUnavailable: from the first grant only (the host never had a lease).
+        """
+        await self._ensure_lease()
+        task_status.started()
+        failing = False
+        while True:
+            now = trio.current_time()
+            wake = now + (1.0 if failing else self.lease_ttl / 3)
+            if failing and self._lease_until > now:
+                wake = min(wake, self._lease_until)
+            await trio.sleep_until(wake)
+            if failing and not self.lease_held():
+                self._note_lost("no keepalive confirmed within its TTL")
+            failing = not await self._refresh()
+
+    async def _refresh(self) -> bool:
+        """One keepalive; whether it confirmed the lease (or a new one was granted)."""
+        lease = self._lease
+        sent = trio.current_time()
+        try:
+            if lease is None:
+                await self._ensure_lease()
+                return True
+            answer = await self._call(
+                "/v3/lease/keepalive", {"ID": str(lease)}, bound=self.lease_ttl / 3
+            )
+        except StoreUnavailable as exc:
+            self._note_lost(str(exc))
+            return False
+        ttl = int(answer.get("result", {}).get("TTL", 0))
+        if ttl > 0:
+            self._lease_until = sent + ttl
+            return True
+        self._lease_until = -math.inf
+        self._note_lost("etcd says the lease expired")
+        try:
+            await self._ensure_lease()
+        except StoreUnavailable as exc:
+            self._note_lost(str(exc))
+            return False
+        return True
+
+    def _note_lost(self, why: str) -> None:
+        if not self.lease_held() and not self._lost_logged:
+            self._lost_logged = True
+            logger.error("host %s lost its lease: %s", self.host_id, why)
+
+    async def released(self) -> AsyncIterator[str]:
+        """Sessions whose owner's lease ended (expired or revoked) from now on, as etcd's
+        watch reports them; the watch is reopened (from the next revision) if it breaks."""
+        start = self._dir("owner")
+        revision: int | None = None
+        while True:
+            body: dict[str, Any] = {"key": _b64(start), "range_end": _prefix_end(start)}
+            if revision is not None:
+                body["start_revision"] = str(revision)
+            try:
+                async for event in self._watch(body):
+                    revision = int(event["kv"]["mod_revision"]) + 1
+                    if event.get("type") == "DELETE":
+                        yield _unb64(event["kv"]["key"])[len(start) :]
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                logger.warning("host %s: ownership watch broke (%s); reopening", self.host_id, exc)
+            await trio.sleep(1.0)
+
+    async def _watch(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        if self._client is None:
+            await self._range(self._key("host", self.host_id))
+        assert self._client is not None
+        endpoint = self.endpoints[self._good]
+        timeout = httpx.Timeout(self.timeout, read=None)
+        async with self._client.stream(
+            "POST", endpoint + "/v3/watch", json={"create_request": body}, timeout=timeout
+        ) as response:
+            async for line in response.aiter_lines():
+                if not line.strip():
+                    continue
+                result = json.loads(line).get("result", {})
+                for event in result.get("events") or []:
+                    yield event
+
+    async def orphaned(self) -> list[str]:
+        """Sessions with a record and no live owner (their host's lease ended)."""
+        start = self._dir("owner")
+        owners = {_unb64(kv["key"])[len(start) :] for kv in await self._range(start, prefix=True)}
+        return [session for session in await self.sessions() if session not in owners]
+
+    async def aclose(self) -> None:
+        """Revoke the lease (its ownership keys go at once) and close the HTTP client."""
+        lease, self._lease = self._lease, None
+        self._lease_until = -math.inf
+        try:
+            if lease is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(self.timeout):
+                    await self._call("/v3/lease/revoke", {"ID": str(lease)})
+        except StoreUnavailable as exc:
+            logger.warning(
+                "host %s: lease not revoked (%s); it expires by itself", self.host_id, exc
+            )
+        finally:
+            if self._client is not None:
+                client, self._client = self._client, None
+                with trio.CancelScope(shield=True):
+                    await client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def _fields(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "pid": record.pid,
+        "create_time": record.create_time,
+        "boot_id": record.boot_id,
+        "state": record.state,
+        "restarts": record.restarts,
+        "reason": record.reason,
+        "host": record.host,
+    }

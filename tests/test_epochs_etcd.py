@@ -1,0 +1,144 @@
+"""EtcdEpochStore on real etcd clusters: host ownership on leases, expiry never resetting an
+epoch, the ownership watch, bounded failure when etcd is unreachable or has lost quorum."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from etcd_cluster import Cluster, require
+from tether.epochs import EtcdEpochStore, OwnedElsewhere, StoreUnavailable
+
+
+def _store(cluster: Cluster, host: str, prefix: str, **kwargs: float) -> EtcdEpochStore:
+    return EtcdEpochStore(cluster.endpoints, prefix=prefix, host_id=host, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"/test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path, no_process_leaks: None) -> Iterator[Cluster]:
+    """A cluster of this test's own, for tests that kill members; stopped before the leak
+    guard looks (members restarted by the test are not leaks)."""
+    cluster = Cluster(require(), tmp_path / "etcd")
+    cluster.directory.mkdir()
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def test_a_live_owner_keeps_other_hosts_from_bumping(
+    etcd_cluster: Cluster, prefix: str
+) -> None:
+    a, b = _store(etcd_cluster, "a", prefix), _store(etcd_cluster, "b", prefix)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(a.keep_alive)
+        assert await a.bump("s") == 1
+        assert await a.owner("s") == "a"
+        with pytest.raises(OwnedElsewhere, match="session 's' is owned by host 'a'") as caught:
+            await b.bump("s")
+        assert caught.value.host == "a"
+        assert await a.bump("s") == 2, "the owner bumps its own session"
+        nursery.cancel_scope.cancel()
+    await a.aclose()  # revokes the lease: its ownership keys go at once
+    assert await b.owner("s") is None
+    assert await b.bump("s") == 3, "the epoch survived its owner's lease"
+    assert await b.owner("s") == "b"
+    await b.aclose()
+
+
+async def test_a_lease_expiry_frees_the_session_but_never_resets_its_epoch(
+    etcd_cluster: Cluster, prefix: str
+) -> None:
+    a = _store(etcd_cluster, "a", prefix, lease_ttl=2)
+    b = _store(etcd_cluster, "b", prefix)
+    assert await a.bump("s") == 1  # no keep_alive: the lease lives 2 s
+    assert a.lease_held()
+    with trio.fail_after(10):
+        while await b.owner("s") is not None:
+            await trio.sleep(0.1)
+    assert not a.lease_held(), "etcd expired a lease this host still believed held"
+    assert await b.current("s") == 1
+    assert await b.orphaned() == []  # no record was saved
+    assert await b.bump("s") == 2
+    await a.aclose()
+    await b.aclose()
+
+
+async def test_released_reports_each_session_whose_owner_went(
+    etcd_cluster: Cluster, prefix: str
+) -> None:
+    a, b = _store(etcd_cluster, "a", prefix), _store(etcd_cluster, "b", prefix)
+    await a.bump("s1")
+    await a.bump("s2")
+    seen: list[str] = []
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            async for session in b.released():
+                seen.append(session)
+                if len(seen) == 2:
+                    nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        await b.owner("s1")  # the watch is opened by now or soon; etcd replays nothing older
+        await trio.sleep(0.3)
+        await a.aclose()
+        with trio.fail_after(10):
+            await trio.sleep_forever()
+    assert sorted(seen) == ["s1", "s2"]
+    await b.aclose()
+
+
+async def test_unreachable_endpoints_fail_fast_naming_them() -> None:
+    store = EtcdEpochStore(["127.0.0.1:9", "127.0.0.1:7"], host_id="a", timeout=1.0)
+    started = trio.current_time()
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.bump("s")
+    assert trio.current_time() - started < 1.5
+    assert caught.value.endpoints == "http://127.0.0.1:9,http://127.0.0.1:7"
+    assert "127.0.0.1:9: ConnectError" in str(caught.value)
+    await store.aclose()
+
+
+async def test_one_member_down_bumps_go_on_two_down_fail_within_the_bound(
+    own_cluster: Cluster, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = _store(own_cluster, "a", prefix, lease_ttl=3, timeout=2.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.keep_alive)
+        assert await store.bump("s") == 1
+        await trio.to_thread.run_sync(own_cluster.kill, "m0")  # the first endpoint
+        assert [await store.bump("s") for _ in range(3)] == [2, 3, 4]
+        await trio.to_thread.run_sync(own_cluster.kill, "m1")
+        for operation in (store.bump("s"), store.current("s")):
+            started = trio.current_time()
+            with pytest.raises(StoreUnavailable):
+                await operation
+            assert trio.current_time() - started < 2.5, "an operation outlived its bound"
+        with caplog.at_level(logging.ERROR, "tether.epochs"), trio.fail_after(3 + 2):
+            while store.lease_held():
+                await trio.sleep(0.05)
+        with trio.fail_after(3):
+            while "host a lost its lease" not in caplog.text:
+                await trio.sleep(0.05)
+        own_cluster.start("m0")
+        own_cluster.start("m1")
+        await trio.to_thread.run_sync(own_cluster.wait_healthy, own_cluster.names)
+        with trio.fail_after(20):
+            while not store.lease_held():
+                await trio.sleep(0.1)
+        assert await store.owner("s") == "a", "the session was not hung on the new lease"
+        assert await store.bump("s") == 5
+        nursery.cancel_scope.cancel()
+    await store.aclose()
