@@ -3,6 +3,7 @@ epoch, the ownership watch, bounded failure when etcd is unreachable or has lost
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ import pytest
 import trio
 
 from etcd_cluster import Cluster, require
-from tether.epochs import EtcdEpochStore, OwnedElsewhere, StoreUnavailable
+from tether.epochs import EtcdEpochStore, LeasedEpochStore, OwnedElsewhere, StoreUnavailable
 
 
 def _store(cluster: Cluster, host: str, prefix: str, **kwargs: float) -> EtcdEpochStore:
@@ -50,7 +51,8 @@ async def test_a_live_owner_keeps_other_hosts_from_bumping(
         assert caught.value.host == "a"
         assert await a.bump("s") == 2, "the owner bumps its own session"
         nursery.cancel_scope.cancel()
-    await a.aclose()  # revokes the lease: its ownership keys go at once
+    await a.revoke()  # its ownership keys go at once
+    await a.aclose()
     assert await b.owner("s") is None
     assert await b.bump("s") == 3, "the epoch survived its owner's lease"
     assert await b.owner("s") == "b"
@@ -82,21 +84,23 @@ async def test_released_reports_each_session_whose_owner_went(
     await a.bump("s1")
     await a.bump("s2")
     seen: list[str] = []
+    ready = trio.Event()
     async with trio.open_nursery() as nursery:
 
         async def watch() -> None:
-            async for session in b.released():
-                seen.append(session)
-                if len(seen) == 2:
-                    nursery.cancel_scope.cancel()
+            async with contextlib.aclosing(b.released(ready)) as released:
+                async for session in released:
+                    seen.append(session)
+                    if len(seen) == 2:
+                        nursery.cancel_scope.cancel()
 
         nursery.start_soon(watch)
-        await b.owner("s1")  # the watch is opened by now or soon; etcd replays nothing older
-        await trio.sleep(0.3)
-        await a.aclose()
+        await ready.wait()
+        await a.revoke()
         with trio.fail_after(10):
             await trio.sleep_forever()
     assert sorted(seen) == ["s1", "s2"]
+    await a.aclose()
     await b.aclose()
 
 
@@ -142,3 +146,25 @@ async def test_one_member_down_bumps_go_on_two_down_fail_within_the_bound(
         assert await store.bump("s") == 5
         nursery.cancel_scope.cancel()
     await store.aclose()
+
+
+async def test_a_restarted_daemon_claims_its_sessions_unless_taken_over(
+    etcd_cluster: Cluster, prefix: str
+) -> None:
+    before = _store(etcd_cluster, "a", prefix)
+    assert isinstance(before, LeasedEpochStore)
+    epoch = await before.bump("kept")
+    taken = await before.bump("taken")
+    # The daemon restarts: a new store, a new lease; the old lease still holds both.
+    after, other = _store(etcd_cluster, "a", prefix), _store(etcd_cluster, "b", prefix)
+    assert await after.claim("kept", epoch), "its own session, moved to its new lease"
+    assert not await after.claim("kept", epoch - 1), "an epoch that is not current"
+    await before.revoke()  # the old lease ends: "taken" is free, "kept" is not
+    with pytest.raises(OwnedElsewhere):
+        await other.bump("kept")
+    assert await other.bump("taken") == taken + 1
+    assert not await after.claim("taken", taken), "another host bumped it meanwhile"
+    assert await other.owner("taken") == "b"
+    for store in (before, after, other):
+        await store.revoke()
+        await store.aclose()

@@ -43,6 +43,7 @@ PUBLIC = {
     "tether.epochs": {
         "EpochStore",
         "EtcdEpochStore",
+        "LeasedEpochStore",
         "OwnedElsewhere",
         "StoreUnavailable",
         "QueuedPrompt",

@@ -30,6 +30,7 @@ from .channels import channel as channel
 from .channels import oneshot as oneshot
 from .channels import watch as watch
 from .epochs import EpochStore as EpochStore
+from .epochs import LeasedEpochStore as LeasedEpochStore
 from .epochs import OwnedElsewhere as OwnedElsewhere
 from .epochs import QueuedPrompt as QueuedPrompt
 from .epochs import SessionRecord as SessionRecord
@@ -124,6 +125,7 @@ __all__ = [
     "HarnessContext",
     "Holder",
     "JournalError",
+    "LeasedEpochStore",
     "OneshotReceiver",
     "OneshotSender",
     "ProcessRef",

@@ -352,6 +352,29 @@ class EtcdEpochStore:
             await self._reclaim(lease)
             return lease
 
+    async def claim(self, session: str, epoch: int) -> bool:
+        """Hang ``session`` on this host's lease, in one transaction that checks ``epoch`` is
+        still current and the owner key unchanged since read (absent, or this host's under an
+        older lease); whether the session belongs here now."""
+        lease = await self._ensure_lease()
+        epoch_key, owner_key = self._key("epoch", session), self._key("owner", session)
+        while True:
+            epoch_kv, owner_kv = await self._read(epoch_key, owner_key)
+            if epoch_kv is None or int(_unb64(epoch_kv["value"])) != epoch:
+                return False
+            if owner_kv is not None and _unb64(owner_kv["value"]) != self.host_id:
+                return False
+            answer = await self._txn(
+                [
+                    self._same_rev(epoch_key, _rev(epoch_kv)),
+                    self._same_rev(owner_key, _rev(owner_kv)),
+                ],
+                [self._put(owner_key, self.host_id, lease)],
+            )
+            if answer.get("succeeded"):
+                self._owned[session] = epoch
+                return True
+
     async def _reclaim(self, lease: int) -> None:
         """Hang the sessions this host owned on the new lease, unless another host bumped
         them meanwhile (those are forgotten: their harness here is superseded)."""
@@ -434,39 +457,39 @@ class EtcdEpochStore:
             self._lost_logged = True
             logger.error("host %s lost its lease: %s", self.host_id, why)
 
-    async def released(self) -> AsyncIterator[str]:
+    async def released(self, ready: trio.Event | None = None) -> AsyncIterator[str]:
         """Sessions whose owner's lease ended (expired or revoked) from now on, as etcd's
-        watch reports them; the watch is reopened (from the next revision) if it breaks."""
+        watch reports them; ``ready`` is set once the watch is in place. A broken watch is
+        reopened on the next endpoint from the revision after the last event seen, so no
+        release is missed while etcd keeps its history."""
         start = self._dir("owner")
-        revision: int | None = None
-        while True:
-            body: dict[str, Any] = {"key": _b64(start), "range_end": _prefix_end(start)}
-            if revision is not None:
-                body["start_revision"] = str(revision)
-            try:
-                async for event in self._watch(body):
-                    revision = int(event["kv"]["mod_revision"]) + 1
-                    if event.get("type") == "DELETE":
-                        yield _unb64(event["kv"]["key"])[len(start) :]
-            except (httpx.HTTPError, ValueError, KeyError) as exc:
-                logger.warning("host %s: ownership watch broke (%s); reopening", self.host_id, exc)
-            await trio.sleep(1.0)
-
-    async def _watch(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        body: dict[str, Any] = {"key": _b64(start), "range_end": _prefix_end(start)}
         if self._client is None:
-            await self._range(self._key("host", self.host_id))
+            await self.owner("-")  # opens the client (and finds an endpoint that answers)
         assert self._client is not None
-        endpoint = self.endpoints[self._good]
-        timeout = httpx.Timeout(self.timeout, read=None)
-        async with self._client.stream(
-            "POST", endpoint + "/v3/watch", json={"create_request": body}, timeout=timeout
-        ) as response:
-            async for line in response.aiter_lines():
-                if not line.strip():
-                    continue
-                result = json.loads(line).get("result", {})
-                for event in result.get("events") or []:
-                    yield event
+        while True:
+            endpoint = self.endpoints[self._good]
+            try:
+                async with self._client.stream(
+                    "POST",
+                    endpoint + "/v3/watch",
+                    json={"create_request": body},
+                    timeout=httpx.Timeout(self.timeout, read=None),
+                ) as response:
+                    async for line in response.aiter_lines():
+                        result = json.loads(line).get("result", {}) if line.strip() else {}
+                        if result.get("created") and ready is not None:
+                            ready.set()
+                        for event in result.get("events") or []:
+                            body["start_revision"] = str(int(event["kv"]["mod_revision"]) + 1)
+                            if event.get("type") == "DELETE":
+                                yield _unb64(event["kv"]["key"])[len(start) :]
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                logger.warning(
+                    "host %s: ownership watch on %s broke: %r", self.host_id, endpoint, exc
+                )
+                self._good = (self._good + 1) % len(self.endpoints)
+            await trio.sleep(0.5)
 
     async def orphaned(self) -> list[str]:
         """Sessions with a record and no live owner (their host's lease ended)."""
@@ -474,23 +497,22 @@ class EtcdEpochStore:
         owners = {_unb64(kv["key"])[len(start) :] for kv in await self._range(start, prefix=True)}
         return [session for session in await self.sessions() if session not in owners]
 
-    async def aclose(self) -> None:
-        """Revoke the lease (its ownership keys go at once) and close the HTTP client."""
+    async def revoke(self) -> None:
+        """End this host's lease now, so every session it owns is free at once (a daemon
+        that stops its harnesses does this; one that leaves them running lets the lease
+        expire, so a restart within the TTL keeps its sessions)."""
         lease, self._lease = self._lease, None
         self._lease_until = -math.inf
-        try:
-            if lease is not None:
-                with trio.CancelScope(shield=True), trio.move_on_after(self.timeout):
-                    await self._call("/v3/lease/revoke", {"ID": str(lease)})
-        except StoreUnavailable as exc:
-            logger.warning(
-                "host %s: lease not revoked (%s); it expires by itself", self.host_id, exc
-            )
-        finally:
-            if self._client is not None:
-                client, self._client = self._client, None
-                with trio.CancelScope(shield=True):
-                    await client.aclose()
+        self._owned.clear()
+        if lease is not None:
+            await self._call("/v3/lease/revoke", {"ID": str(lease)})
+
+    async def aclose(self) -> None:
+        """Close the HTTP client; the lease is left to expire (``revoke`` ends it now)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            with trio.CancelScope(shield=True):
+                await client.aclose()
 
     async def __aenter__(self) -> Self:
         return self

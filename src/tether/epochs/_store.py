@@ -8,9 +8,11 @@ nor overwrite what its successor wrote.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
+import trio
 
 
 class Superseded(Exception):
@@ -134,4 +136,39 @@ class EpochStore(Protocol):
 
     async def aclose(self) -> None:
         """Release the store's resources."""
+        ...
+
+
+@runtime_checkable
+class LeasedEpochStore(EpochStore, Protocol):
+    """An ``EpochStore`` shared by several hosts: each bump makes the bumping host the
+    session's owner for as long as its lease lives, and no other host may bump it meanwhile
+    (``OwnedElsewhere``). ``Agentd`` runs ``keep_alive`` and refuses work once
+    ``lease_held`` is false."""
+
+    host_id: str
+
+    def lease_held(self) -> bool:
+        """Whether this host's lease is known alive now."""
+        ...
+
+    async def keep_alive(self, *, task_status: trio.TaskStatus[None] = ...) -> None:
+        """Hold the lease until cancelled (started once it is granted)."""
+        ...
+
+    async def claim(self, session: str, epoch: int) -> bool:
+        """Hang ``session`` on this host's lease if ``epoch`` is still its current epoch and
+        no other host owns it (after a daemon restart); whether it now belongs here."""
+        ...
+
+    async def orphaned(self) -> list[str]:
+        """Sessions with a record and no live owner."""
+        ...
+
+    def released(self) -> AsyncIterator[str]:
+        """Sessions whose owner's lease ends, from now on."""
+        ...
+
+    async def revoke(self) -> None:
+        """End this host's lease now: every session it owns is free at once."""
         ...

@@ -23,7 +23,16 @@ from ._proc import Stat, become_subreaper
 from ._ref import ProcessRef
 from ._registry import SPAWNED
 from ._spawn import spawn_process
-from ._table import EPOCH_VAR, GROUP_VAR, SESSION_VAR, descendants, marks, refs, snapshot
+from ._table import (
+    EPOCH_VAR,
+    GROUP_VAR,
+    HOST_VAR,
+    SESSION_VAR,
+    descendants,
+    marks,
+    refs,
+    snapshot,
+)
 from ._teardown import KILL_WAIT, stop_processes
 from ._twins import find_twins
 
@@ -183,6 +192,8 @@ class ChildGroup:
         full_env[SESSION_VAR] = self.session
         full_env[EPOCH_VAR] = str(self.epoch)
         full_env[GROUP_VAR] = self._group_id
+        if HOST_VAR in os.environ:
+            full_env.setdefault(HOST_VAR, os.environ[HOST_VAR])
         pid = spawn_process(argv, full_env, None if cwd is None else os.fspath(cwd))
         child = Child._create(
             ProcessRef.of(pid), argv, name or os.path.basename(argv[0]), self.grace

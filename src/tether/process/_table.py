@@ -18,6 +18,7 @@ from ._ref import ProcessRef
 SESSION_VAR = "TETHER_SESSION"
 EPOCH_VAR = "TETHER_EPOCH"
 GROUP_VAR = "TETHER_GROUP"
+HOST_VAR = "TETHER_HOST"
 
 
 def snapshot() -> dict[int, Stat]:
@@ -65,6 +66,9 @@ class Mark:
     group: str | None
     """The ``ChildGroup`` that spawned it or an ancestor: unlike session and epoch, never in
     the owner's own environment, so other code's children in the owner do not carry it."""
+    host: str | None = None
+    """The host id of the daemon that started the session's harness (several daemons acting
+    as hosts can share one machine; a twin is only a twin on its own host)."""
 
 
 def marks(pid: int) -> Mark | None:
@@ -87,7 +91,7 @@ def marks(pid: int) -> Mark | None:
     session = env.get(SESSION_VAR)
     if session is None:
         return None
-    return Mark(session, env.get(EPOCH_VAR, ""), env.get(GROUP_VAR))
+    return Mark(session, env.get(EPOCH_VAR, ""), env.get(GROUP_VAR), env.get(HOST_VAR))
 
 
 def refs(pids: Iterable[int]) -> set[ProcessRef]:

@@ -7,11 +7,25 @@ import os
 import psutil
 
 from ._ref import ProcessRef
-from ._table import marks
+from ._table import HOST_VAR, marks
+
+
+class _Own:
+    """``find_twins``'s default host: the one in this process's own environment."""
+
+    def __repr__(self) -> str:
+        return "<this process's host>"
+
+
+_OWN = _Own()
 
 
 def find_twins(
-    session: str, *, exclude_epoch: int | None = None, epoch: int | None = None
+    session: str,
+    *,
+    exclude_epoch: int | None = None,
+    epoch: int | None = None,
+    host: str | _Own | None = _OWN,
 ) -> list[ProcessRef]:
     """Processes whose environment marks ``session`` (``TETHER_SESSION``), except this epoch's.
 
@@ -23,14 +37,18 @@ def find_twins(
         session: the session id to look for.
         exclude_epoch: leave out processes marked with this epoch (normally one's own).
         epoch: only processes marked with this epoch (what a dead harness left behind).
+        host: only processes of this host id (``TETHER_HOST``; ``None``: unmarked ones);
+            by default this process's own.
     """
+    if isinstance(host, _Own):
+        host = os.environ.get(HOST_VAR)
     me = os.getpid()
     found: list[ProcessRef] = []
     for pid in psutil.pids():
         if pid == me:
             continue
         mark = marks(pid)
-        if mark is None or mark.session != session:
+        if mark is None or mark.session != session or mark.host != host:
             continue
         if exclude_epoch is not None and mark.epoch == str(exclude_epoch):
             continue
