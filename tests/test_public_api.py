@@ -94,6 +94,7 @@ PUBLIC = {
         "SessionFailed",
         "SessionStatus",
         "StartFailed",
+        "Unconfirmed",
     },
 }
 # Lower-level tools that stay in their subpackage: what a supervisor needs, not an engine.

@@ -15,6 +15,7 @@ from .agentd import DeliveryFailed as DeliveryFailed
 from .agentd import SessionFailed as SessionFailed
 from .agentd import SessionStatus as SessionStatus
 from .agentd import StartFailed as StartFailed
+from .agentd import Unconfirmed as Unconfirmed
 from .channels import ChannelClosed as ChannelClosed
 from .channels import ChannelStatistics as ChannelStatistics
 from .channels import Holder as Holder
@@ -142,6 +143,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "Transcript",
+    "Unconfirmed",
     "WatchReceiver",
     "WatchSender",
     "WeakSender",

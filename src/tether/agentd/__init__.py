@@ -10,6 +10,7 @@ from ._outcomes import DeliveryFailed as DeliveryFailed
 from ._outcomes import SessionFailed as SessionFailed
 from ._outcomes import SessionStatus as SessionStatus
 from ._outcomes import StartFailed as StartFailed
+from ._outcomes import Unconfirmed as Unconfirmed
 
 __all__ = [
     "AgentEvent",
@@ -21,6 +22,7 @@ __all__ = [
     "SessionFailed",
     "SessionStatus",
     "StartFailed",
+    "Unconfirmed",
 ]
 
 for _name in __all__:

@@ -15,6 +15,11 @@ Harnesses are not owned by a ``ChildGroup``: the daemon's own restart must leave
 Their identity ``(pid, create_time, boot_id, epoch)`` is saved in the store, and a restarted
 daemon adopts the live ones by identity and waits ``miss_limit`` heartbeats for them to
 reconnect before calling them phantoms.
+
+On a store shared by hosts (a ``LeasedEpochStore``: etcd), the daemon holds its host's lease
+from a task of its own; it takes no work while the lease is not known alive (its sessions
+show as ``unconfirmed``), and with ``adopt`` it takes over the sessions of hosts whose lease
+ended.
 """
 
 from __future__ import annotations
@@ -34,7 +39,14 @@ import psutil
 import trio
 
 from ..channels import Receiver
-from ..epochs import EpochStore, QueuedPrompt, SessionRecord
+from ..epochs import (
+    EpochStore,
+    LeasedEpochStore,
+    OwnedElsewhere,
+    QueuedPrompt,
+    SessionRecord,
+    StoreUnavailable,
+)
 from ..epochs import Superseded as EpochSuperseded
 from ..process import (
     Child,
@@ -74,6 +86,7 @@ from ._outcomes import (
     SessionFailed,
     SessionStatus,
     StartFailed,
+    Unconfirmed,
 )
 
 logger = logging.getLogger("tether.agentd")
@@ -137,6 +150,8 @@ class Agentd:
         reap_orphans: make this process a subreaper and reap every zombie child no ``Child``
             answers for (what ``tether agentd`` does; leave it off when embedding the daemon
             in a process whose other children are waited for elsewhere).
+        adopt: on a ``LeasedEpochStore``, take over every session whose owner's lease ends
+            (and those with no owner at start), instead of only when asked for one.
     """
 
     def __init__(
@@ -154,6 +169,7 @@ class Agentd:
         state_dir: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
         reap_orphans: bool = False,
+        adopt: bool = False,
     ) -> None:
         if not harness_argv:
             raise ValueError("harness_argv must name a program")
@@ -173,6 +189,11 @@ class Agentd:
         )
         self.env = dict(os.environ if env is None else env)
         self.reap_orphans = reap_orphans
+        self.adopt = adopt
+        self._leased = store if isinstance(store, LeasedEpochStore) else None
+        self.host = self._leased.host_id if self._leased is not None else None
+        """The host id harnesses and records carry (``None`` on a single-host store)."""
+        self._was_confirmed = True
         self.events = EventLog(None)
         self._sessions: dict[str, _Session] = {}
         self._nursery: trio.Nursery | None = None
@@ -217,9 +238,13 @@ class Agentd:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self._leased is not None:
+                    await nursery.start(self._leased.keep_alive)
                 await self._adopt_all()
                 await nursery.start(serve, self.socket_path, self._handle)
                 nursery.start_soon(self._watchdog, name="agentd watchdog")
+                if self.adopt and self._leased is not None:
+                    await nursery.start(self._take_over_released, self._leased)
                 for queued in await self.store.pending():
                     nursery.start_soon(self._redeliver, queued, name=f"redeliver {queued.id}")
                 try:
@@ -228,6 +253,9 @@ class Agentd:
                     if stop_harnesses:
                         with trio.CancelScope(shield=True):
                             await self._stop_all()
+                            if self._leased is not None:
+                                with contextlib.suppress(StoreUnavailable):
+                                    await self._leased.revoke()
                     if self.reap_orphans:
                         reap_orphans()
                     nursery.cancel_scope.cancel()
@@ -286,6 +314,10 @@ class Agentd:
             session.restarts = record.restarts
             session.state = record.state
             session.reason = record.reason
+            if record.host != self.host:
+                session.state = "elsewhere"
+                session.reason = f"host {record.host} wrote its record"
+                continue
             if record.pid is None or record.create_time is None or record.epoch is None:
                 continue
             ref = _identify(record)
@@ -303,6 +335,10 @@ class Agentd:
                 )
                 continue
             harness = _Harness(ref, record.epoch, None, since=trio.current_time())
+            if self._leased is not None and not await self._leased.claim(name, record.epoch):
+                self._emit(session, "superseded", harness, "another host took it over")
+                self._spawn_task(self._confirm_exit, session, harness, name=f"superseded {name}")
+                continue
             session.harness = harness
             if record.state not in ("failed",):
                 session.state = "disconnected"
@@ -310,6 +346,103 @@ class Agentd:
                 session, "adopted", harness, f"waiting {self.patience:.1f}s for it to reconnect"
             )
             self._spawn_task(self._watch_exit, session, harness, name=f"watch {name}")
+
+    # -- the host lease and takeover (shared stores) -----------------------------------------
+
+    def confirmed(self) -> bool:
+        """Whether this daemon knows it still owns its sessions: always, on a single-host
+        store; while its host lease is known alive, on a shared one."""
+        return self._leased is None or self._leased.lease_held()
+
+    def _lease_lost(self) -> str:
+        return f"host {self.host} lost its lease on the store; its sessions are unconfirmed"
+
+    def _check_lease(self) -> None:
+        """Say when the lease is lost or held again; once it is held again, sessions another
+        host bumped meanwhile are superseded here."""
+        held = self.confirmed()
+        if held == self._was_confirmed:
+            return
+        self._was_confirmed = held
+        if not held:
+            logger.error("%s; deliveries are refused until it is held again", self._lease_lost())
+        for session in list(self._sessions.values()):
+            harness = session.harness
+            if harness is None or harness.exited.is_set():
+                continue
+            if held:
+                self._emit(session, "confirmed", harness, "the host lease is held again")
+                self._spawn_task(self._recheck, session, name=f"recheck {session.name}")
+            else:
+                self._emit(session, "unconfirmed", harness, self._lease_lost())
+
+    async def _recheck(self, session: _Session) -> None:
+        async with session.lock:
+            harness = session.harness
+            if harness is None or harness.exited.is_set():
+                return
+            try:
+                current = await self.store.current(session.name)
+            except StoreUnavailable as exc:
+                logger.warning("session %s: epoch not rechecked: %s", session.name, exc)
+                return
+            if current != harness.epoch:
+                await self._supersede(session, harness, current)
+
+    async def _take_over_released(
+        self, store: LeasedEpochStore, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        """Take over each session whose owner's lease ends, and at start those without one."""
+        ready = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                while True:
+                    try:
+                        async with contextlib.aclosing(store.released(ready)) as released:
+                            async for name in released:
+                                nursery.start_soon(self._take, name, "its owner's lease ended")
+                    except StoreUnavailable as exc:
+                        logger.warning("host %s: cannot watch owners: %s", self.host, exc)
+                    await trio.sleep(self.heartbeat)
+
+            nursery.start_soon(watch, name="agentd ownership watch")
+            with trio.move_on_after(self.start_timeout):
+                await ready.wait()
+            try:
+                for name in await store.orphaned():
+                    nursery.start_soon(self._take, name, "it had no live owner")
+            except StoreUnavailable as exc:
+                logger.warning("host %s: cannot list orphaned sessions: %s", self.host, exc)
+            task_status.started()
+
+    async def _take(self, name: str, why: str) -> None:
+        if not _SESSION_NAME.fullmatch(name):
+            return
+        try:
+            record = await self.store.record(name)
+            if record is None or record.state in ("stopped", "failed"):
+                return
+            session = self._session(name)
+            if session.harness is not None and not session.harness.exited.is_set():
+                return
+            self._emit(
+                session,
+                "takeover",
+                None,
+                f"{why} (host {record.host}, epoch {record.epoch})",
+                epoch=record.epoch,
+            )
+            await self.start_agent(name)
+        except (
+            SessionFailed,
+            StartFailed,
+            Unconfirmed,
+            OwnedElsewhere,
+            StoreUnavailable,
+            SpawnError,
+        ) as exc:
+            logger.warning("session %s: not taken over: %s", name, exc)
 
     # -- connections ------------------------------------------------------------------------
 
@@ -416,6 +549,7 @@ class Agentd:
         """
         while True:
             await trio.sleep(self.heartbeat)
+            self._check_lease()
             now = trio.current_time()
             for session in list(self._sessions.values()):
                 harness = session.harness
@@ -464,7 +598,7 @@ class Agentd:
 
     async def _sweep(self, session: _Session, epoch: int) -> None:
         """Stop what a dead harness left behind: processes still marked with its epoch."""
-        left = set(find_twins(session.name, epoch=epoch))
+        left = set(find_twins(session.name, epoch=epoch, host=self.host))
         if left:
             logger.warning(
                 "session %s: stopping %d processes left by epoch %d",
@@ -549,6 +683,8 @@ class Agentd:
         async with session.lock:
             if session.state == "failed":
                 raise SessionFailed(session.name, session.reason or "failed")
+            if not self.confirmed():
+                raise Unconfirmed(session.name, self._lease_lost())
             harness = session.harness
             if harness is not None and not harness.exited.is_set():
                 current = await self.store.current(session.name)
@@ -608,6 +744,8 @@ class Agentd:
             "TETHER_STATE_DIR": directory,
             "TETHER_GRACE": str(self.grace),
         }
+        if self.host is not None:
+            env["TETHER_HOST"] = self.host
         log = os.open(
             os.path.join(directory, "harness.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
         )
@@ -674,6 +812,7 @@ class Agentd:
             state=state,
             restarts=session.restarts,
             reason=session.reason,
+            host=self.host,
         )
         try:
             await self.store.save(session.name, record, epoch=epoch)
@@ -696,10 +835,18 @@ class Agentd:
         session = self._session(session_name)
         if isinstance(prompt, str):
             prompt = Prompt(uuid.uuid4().hex, prompt, {})
-        await self.store.enqueue(QueuedPrompt(session.name, prompt.id, prompt.text, prompt.meta))
+        if not self.confirmed():
+            raise DeliveryFailed(session.name, prompt.id, [f"not accepted: {self._lease_lost()}"])
+        try:
+            await self.store.enqueue(
+                QueuedPrompt(session.name, prompt.id, prompt.text, prompt.meta)
+            )
+        except StoreUnavailable as exc:
+            raise DeliveryFailed(session.name, prompt.id, [f"not queued: {exc}"]) from None
         failures: list[str] = []
         for attempt in range(1, self.delivery_attempts + 1):
-            await self.store.attempted(session.name, prompt.id)
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.attempted(session.name, prompt.id)
             outcome = await self._attempt(session, prompt)
             if isinstance(outcome, Attached):
                 self._emit(
@@ -714,18 +861,21 @@ class Agentd:
                 session.harness,
                 f"prompt {prompt.id} attempt {attempt} failed: {outcome}",
             )
-            if session.state == "failed":
+            if session.state == "failed" or not self.confirmed() or isinstance(outcome, _Final):
                 break
         error = DeliveryFailed(session.name, prompt.id, failures)
         self._emit(session, "delivery_failed", None, error.reason)
-        await self.store.settle(session.name, prompt.id, f"failed: {error.reason}")
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.settle(session.name, prompt.id, f"failed: {error.reason}")
         raise error
 
-    async def _attempt(self, session: _Session, prompt: Prompt) -> Attached | str:
+    async def _attempt(self, session: _Session, prompt: Prompt) -> Attached | str | _Final:
         try:
             attached = await self._start(session, nudge=False)
-        except (SessionFailed, StartFailed, SpawnError) as exc:
+        except (SessionFailed, StartFailed, SpawnError, Unconfirmed) as exc:
             return str(exc)
+        except (OwnedElsewhere, StoreUnavailable) as exc:
+            return _Final(str(exc))
         harness = session.harness
         link = harness.link if harness is not None else None
         if link is None:
@@ -766,7 +916,8 @@ class Agentd:
             self._emit(session, "reset")
 
     def status(self) -> list[SessionStatus]:
-        """One row per session, sorted by name."""
+        """One row per session, sorted by name; while the host lease is not known alive,
+        every session this daemon runs is ``unconfirmed``, never healthy."""
         now = trio.current_time()
         rows = []
         for name in sorted(self._sessions):
@@ -774,10 +925,13 @@ class Agentd:
             harness = session.harness
             alive = harness is not None and not harness.exited.is_set()
             link = harness.link if harness is not None else None
+            state = session.state
+            if not self.confirmed() and state not in ("stopped", "failed", "elsewhere"):
+                state = "unconfirmed"
             rows.append(
                 SessionStatus(
                     session=name,
-                    state=session.state,
+                    state=state,
                     epoch=harness.epoch if harness is not None else None,
                     pid=harness.ref.pid if alive and harness is not None else None,
                     heartbeat_age=round(now - link.last_pong, 3) if link is not None else None,
@@ -806,7 +960,16 @@ class Agentd:
     async def _control(self, connection: Connection, request: Control) -> None:
         try:
             result = await self._run_control(request)
-        except (DeliveryFailed, SessionFailed, StartFailed, SpawnError, ValueError) as exc:
+        except (
+            DeliveryFailed,
+            SessionFailed,
+            StartFailed,
+            Unconfirmed,
+            OwnedElsewhere,
+            StoreUnavailable,
+            SpawnError,
+            ValueError,
+        ) as exc:
             await connection.send(Error(str(exc)))
             return
         await connection.send(Reply(result))
@@ -825,6 +988,17 @@ class Agentd:
             await self.reset(request.session)
             return {"session": request.session, "state": "reset"}
         raise ProtocolError(f"unknown control op {request.op!r}")
+
+
+@attrs.frozen
+class _Final:
+    """A failed delivery attempt that another attempt cannot mend (the session belongs to
+    another host, or the store is unreachable)."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 def _awaiting_connection(harness: _Harness) -> bool:

@@ -77,3 +77,8 @@ class DeliveryFailed(AgentdError):
         )
         self.prompt_id = prompt_id
         self.attempts = attempts
+
+
+class Unconfirmed(AgentdError):
+    """This daemon cannot confirm it still owns the session: its host lease on a shared store
+    is lost (or the store is unreachable), so it takes no work for it until it can."""

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from typing import Any, TextIO
@@ -17,7 +18,7 @@ import trio
 from .. import signals
 from ..agentd import Agentd, AgentdError
 from ..agentd._client import default_socket, request
-from ..epochs import EpochStore, SqliteEpochStore
+from ..epochs import EpochStore, SqliteEpochStore, StoreUnavailable
 
 logger = logging.getLogger("tether.cli")
 
@@ -27,7 +28,21 @@ def add_commands(commands: Any) -> None:
     daemon = commands.add_parser("agentd", help="run the session daemon in the foreground")
     daemon.add_argument("--socket", default=default_socket(), help="its Unix socket")
     daemon.add_argument(
-        "--store", default=None, help="sqlite:PATH or PATH (default: epochs.sqlite3 by the socket)"
+        "--store",
+        default=None,
+        help="sqlite:PATH, PATH, or etcd://HOST:PORT,HOST:PORT[/PREFIX]"
+        " (default: epochs.sqlite3 by the socket)",
+    )
+    daemon.add_argument(
+        "--host-id", default=None, help="this host's id on an etcd store (default: hostname)"
+    )
+    daemon.add_argument(
+        "--lease-ttl", type=int, default=10, help="seconds the host lease outlives a keepalive"
+    )
+    daemon.add_argument(
+        "--adopt",
+        action="store_true",
+        help="take over sessions of hosts whose lease ended (etcd store)",
     )
     daemon.add_argument("--state-dir", default=None, help="sessions' directories and the log")
     daemon.add_argument("--heartbeat", type=float, default=1.0)
@@ -100,8 +115,19 @@ def table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def open_store(spec: str) -> EpochStore:
-    """The store named on the command line: ``sqlite:PATH`` or a plain path."""
+def open_store(spec: str, *, host_id: str | None = None, lease_ttl: int = 10) -> EpochStore:
+    """The store named on the command line: ``sqlite:PATH``, a plain path, or
+    ``etcd://HOST:PORT,HOST:PORT[/PREFIX]`` (needs the ``tether[etcd]`` extra)."""
+    if spec.startswith("etcd://"):
+        from ..epochs import EtcdEpochStore
+
+        hosts, slash, prefix = spec.removeprefix("etcd://").partition("/")
+        return EtcdEpochStore(
+            [h for h in hosts.split(",") if h],
+            prefix="/" + prefix if slash and prefix else "/tether",
+            host_id=host_id or socket.gethostname(),
+            lease_ttl=lease_ttl,
+        )
     path = spec.removeprefix("sqlite:")
     return SqliteEpochStore(path)
 
@@ -111,13 +137,18 @@ async def _daemon(args: argparse.Namespace) -> int:
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
         )
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     socket_path = args.socket
     directory = os.path.dirname(socket_path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     harness = args.harness or [sys.executable, "-m", "tether.harness.example"]
     # Signals first: the store's worker thread must start with them blocked.
     async with signals.receive(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as events:
-        store = open_store(args.store or os.path.join(directory, "epochs.sqlite3"))
+        store = open_store(
+            args.store or os.path.join(directory, "epochs.sqlite3"),
+            host_id=args.host_id,
+            lease_ttl=args.lease_ttl,
+        )
         try:
             agentd = Agentd(
                 store,
@@ -129,23 +160,31 @@ async def _daemon(args: argparse.Namespace) -> int:
                 grace=args.grace,
                 state_dir=args.state_dir,
                 reap_orphans=True,
+                adopt=args.adopt,
             )
-            async with agentd.running(stop_harnesses=args.stop_harnesses):
-                logger.info(
-                    "agentd pid %d serving %s; harness: %s",
-                    os.getpid(),
-                    socket_path,
-                    " ".join(harness),
-                )
-                event = await events.recv()
-                started = time.monotonic()
-                logger.info(
-                    "stopping (%s)%s",
-                    event.describe(),
-                    "; stopping every harness"
-                    if args.stop_harnesses
-                    else "; harnesses keep running",
-                )
+            unavailable: BaseException | None = None
+            try:
+                async with agentd.running(stop_harnesses=args.stop_harnesses):
+                    logger.info(
+                        "agentd pid %d serving %s; harness: %s",
+                        os.getpid(),
+                        socket_path,
+                        " ".join(harness),
+                    )
+                    event = await events.recv()
+                    started = time.monotonic()
+                    logger.info(
+                        "stopping (%s)%s",
+                        event.describe(),
+                        "; stopping every harness"
+                        if args.stop_harnesses
+                        else "; harnesses keep running",
+                    )
+            except* StoreUnavailable as group:
+                unavailable = group.exceptions[0]
+            if unavailable is not None:
+                logger.error("agentd cannot reach its store: %s", unavailable)
+                return 69
         finally:
             with trio.CancelScope(shield=True):
                 await store.aclose()

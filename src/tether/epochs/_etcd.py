@@ -22,7 +22,7 @@ import base64
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Self
 from urllib.parse import quote, unquote
 
@@ -457,7 +457,7 @@ class EtcdEpochStore:
             self._lost_logged = True
             logger.error("host %s lost its lease: %s", self.host_id, why)
 
-    async def released(self, ready: trio.Event | None = None) -> AsyncIterator[str]:
+    async def released(self, ready: trio.Event | None = None) -> AsyncGenerator[str, None]:
         """Sessions whose owner's lease ended (expired or revoked) from now on, as etcd's
         watch reports them; ``ready`` is set once the watch is in place. A broken watch is
         reopened on the next endpoint from the revision after the last event seen, so no

@@ -8,7 +8,7 @@ nor overwrite what its successor wrote.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -165,8 +165,9 @@ class LeasedEpochStore(EpochStore, Protocol):
         """Sessions with a record and no live owner."""
         ...
 
-    def released(self) -> AsyncIterator[str]:
-        """Sessions whose owner's lease ends, from now on."""
+    def released(self, ready: trio.Event | None = None) -> AsyncGenerator[str, None]:
+        """Sessions whose owner's lease ends, from now on (``ready`` is set once watching);
+        close it with ``contextlib.aclosing``."""
         ...
 
     async def revoke(self) -> None:

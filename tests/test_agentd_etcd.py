@@ -1,0 +1,218 @@
+"""agentd on a real etcd cluster: two daemons as two hosts, host loss and takeover, and a daemon
+that has lost its lease refusing work and calling its sessions unconfirmed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import trio
+
+from etcd_cluster import Cluster, require
+from helpers import kill_marked, unique_session, wait_until
+from tether import Agentd, DeliveryFailed
+from tether.epochs import EtcdEpochStore
+
+TETHER = [sys.executable, "-m", "tether"]
+TTL = 2
+EXAMPLE = [sys.executable, "-m", "tether.harness.example"]
+
+
+class Host:
+    """One ``tether agentd`` process acting as host ``name``, in a directory of its own."""
+
+    def __init__(self, name: str, directory: Path, store: str, *extra: str) -> None:
+        self.name = name
+        self.directory = directory
+        self.store = store
+        self.extra = extra
+        self.process: subprocess.Popen[bytes] | None = None
+        directory.mkdir(mode=0o700)
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / "agentd.sock"
+
+    async def start(self) -> None:
+        self.socket.unlink(missing_ok=True)
+        with open(self.directory / "agentd.log", "ab") as log:  # noqa: ASYNC230
+            self.process = subprocess.Popen(
+                [
+                    *TETHER, "agentd", "--socket", str(self.socket), "--store", self.store,
+                    "--host-id", self.name, "--lease-ttl", str(TTL), "--heartbeat", "0.2",
+                    "--grace", "0.3", "--stop-harnesses", *self.extra,
+                ],
+                stdout=log,
+                stderr=log,
+                env={**os.environ, "TETHER_RECONNECT_FOR": "30"},
+            )  # fmt: skip
+        await wait_until(self.socket.exists, timeout=20)
+
+    def kill(self) -> float:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+        return time.time()
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            await trio.to_thread.run_sync(self.process.wait, 20)
+
+    async def tether(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        return await trio.run_process(
+            [*TETHER, args[0], "--socket", str(self.socket), *args[1:]],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+    def events(self, session: str) -> list[dict[str, Any]]:
+        path = self.directory / "agentd.events.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [dict(row, host=self.name) for row in rows if row["session"] == session]
+
+
+def never_two_attached(rows: list[dict[str, Any]], deaths: dict[str, float]) -> None:
+    """Across hosts, in time order: an ``attached`` while another harness of the session is
+    still attached fails; a harness stops being attached when its daemon says so or dies."""
+    attached: dict[tuple[str, int], float] = {}
+    timeline = sorted(
+        [(row["at"], row["host"], row["kind"], row["pid"]) for row in rows]
+        + [(at, host, "daemon_killed", None) for host, at in deaths.items()]
+    )
+    for _, host, kind, pid in timeline:
+        if kind == "attached":
+            assert not [k for k in attached if k != (host, pid)], f"{host} {pid} with {attached}"
+            attached[(host, pid)] = 0.0
+        elif kind in ("detached", "phantom", "superseded", "exited", "stopped", "unconfirmed"):
+            attached.pop((host, pid), None)
+        elif kind == "daemon_killed":
+            attached = {k: v for k, v in attached.items() if k[0] != host}
+
+
+@pytest.fixture
+def hosts(tmp_path: Path, etcd_cluster: Cluster) -> Iterator[tuple[Host, Host]]:
+    tmp_path.chmod(0o700)
+    store = f"etcd://{','.join(etcd_cluster.endpoints)}/test-{uuid.uuid4().hex}"
+    a = Host("a", tmp_path / "a", store)
+    b = Host("b", tmp_path / "b", store, "--adopt")
+    yield a, b
+    for host in (a, b):
+        if host.process is not None and host.process.poll() is None:
+            host.process.kill()
+            host.process.wait()
+
+
+async def test_a_lost_host_is_taken_over_and_its_harness_superseded_when_it_returns(
+    hosts: tuple[Host, Host],
+) -> None:
+    a, b = hosts
+    session = unique_session()
+    try:
+        await a.start()
+        await b.start()
+        sent = await a.tether("send", session, "before")
+        assert sent.returncode == 0, sent.stderr
+        first = json.loads(sent.stdout)
+        assert first["epoch"] == 1
+        refused = await b.tether("send", session, "not yours")
+        assert refused.returncode == 1
+        assert f"session {session!r} is owned by host 'a'" in refused.stderr.decode()
+
+        killed = a.kill()  # host a is lost; its harness lives on, orphaned
+        old = psutil.Process(first["pid"])
+
+        def taken_over() -> bool:
+            return any(r["kind"] == "attached" and r["epoch"] > 1 for r in b.events(session))
+
+        await wait_until(taken_over, timeout=TTL + 2 + 5)
+        attached = next(r for r in b.events(session) if r["kind"] == "attached")
+        assert attached["at"] - killed <= TTL + 2, "the takeover took longer than TTL + 2 s"
+        kinds = [r["kind"] for r in b.events(session)]
+        assert kinds[kinds.index("takeover") :][:3] == ["takeover", "spawned", "attached"]
+        delivered = await b.tether("send", session, "after")
+        assert delivered.returncode == 0, delivered.stderr
+        second = json.loads(delivered.stdout)
+        assert (second["epoch"], second["pid"]) == (attached["epoch"], attached["pid"])
+        assert old.status() != psutil.STATUS_ZOMBIE, "host a's harness must outlive host a"
+
+        await a.start()  # host a returns; its old harness reconnects and is refused
+        code = await trio.to_thread.run_sync(old.wait, 20)
+        assert code == 75, f"the superseded harness exited {code}"
+        assert any(
+            r["kind"] == "superseded" and r["pid"] == first["pid"] for r in a.events(session)
+        )
+        ps = json.loads((await a.tether("ps", "--json")).stdout)["sessions"]
+        assert [(r["session"], r["state"]) for r in ps] == [(session, "elsewhere")]
+        never_two_attached(a.events(session) + b.events(session), {"a": killed})
+    finally:
+        await a.stop()
+        await b.stop()
+        kill_marked(session)
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path, no_process_leaks: None) -> Iterator[Cluster]:
+    cluster = Cluster(require(), tmp_path / "etcd")
+    cluster.directory.mkdir()
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
+    tmp_path: Path, own_cluster: Cluster
+) -> None:
+    tmp_path.chmod(0o700)
+    session = unique_session()
+    store = EtcdEpochStore(own_cluster.endpoints, host_id="solo", lease_ttl=TTL, timeout=1.0)
+    agentd = Agentd(store, tmp_path / "agentd.sock", EXAMPLE, heartbeat=0.2, grace=0.3)
+    try:
+        async with agentd.running(stop_harnesses=True):
+            attached = await agentd.start_agent(session)
+            assert [row.state for row in agentd.status()] == ["attached"]
+            await trio.to_thread.run_sync(own_cluster.kill, "m0")
+            await trio.to_thread.run_sync(own_cluster.kill, "m1")
+            with trio.fail_after(TTL + 1):
+                while agentd.confirmed():
+                    await trio.sleep(0.05)
+            assert [row.state for row in agentd.status()] == ["unconfirmed"]
+            started = trio.current_time()
+            with pytest.raises(DeliveryFailed, match="host solo lost its lease"):
+                await agentd.deliver(session, "refused")
+            assert trio.current_time() - started < 0.5
+            await wait_until(
+                lambda: any(e.kind == "unconfirmed" for e in _events(tmp_path, session))
+            )
+            own_cluster.start("m0")
+            own_cluster.start("m1")
+            await trio.to_thread.run_sync(own_cluster.wait_healthy, own_cluster.names)
+            with trio.fail_after(20):
+                while not agentd.confirmed():
+                    await trio.sleep(0.1)
+            delivered = await agentd.deliver(session, "after")
+            assert (delivered.pid, delivered.epoch) == (attached.pid, attached.epoch)
+    finally:
+        await store.aclose()
+        kill_marked(session)
+
+
+def _events(directory: Path, session: str) -> list[Any]:
+    from tether import AgentEvent
+
+    path = directory / "agentd.events.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [AgentEvent(**row) for row in rows if row["session"] == session]
