@@ -3,7 +3,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test bench clean etcd
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +22,14 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/tether demo
 
-test: $(VENV)/.installed-test
+# The etcd tests need Debian's etcd-server; the suite starts its own clusters (tests/etcd_cluster.py).
+etcd:
+	@command -v etcd >/dev/null || [ -x /usr/bin/etcd ] || \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive sh -c \
+	    'apt-get install -y -q etcd-server || (apt-get update -q && apt-get install -y -q etcd-server)' \
+	  >/dev/null || echo "etcd-server could not be installed: the etcd tests will be skipped"
+
+test: $(VENV)/.installed-test etcd
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy --strict src
 	$(BIN)/python -m pytest

@@ -16,7 +16,16 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-SCRIPTS = ["channels", "process", "journal", "harness", "agentd", "liveness", "testing_overhead"]
+SCRIPTS = [
+    "channels",
+    "process",
+    "journal",
+    "harness",
+    "agentd",
+    "liveness",
+    "stores",
+    "testing_overhead",
+]
 
 
 def ratio_rows(output: str) -> list[tuple[str, str, str]]:
