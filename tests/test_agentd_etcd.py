@@ -21,7 +21,7 @@ import trio
 from etcd_cluster import Cluster, require
 from helpers import kill_marked, unique_session, wait_until
 from tether import Agentd, DeliveryFailed
-from tether.epochs import EtcdEpochStore
+from tether.epochs import EtcdEpochStore, QueuedPrompt
 
 TETHER = [sys.executable, "-m", "tether"]
 TTL = 2
@@ -132,6 +132,11 @@ async def test_a_lost_host_is_taken_over_and_its_harness_superseded_when_it_retu
 
         killed = a.kill()  # host a is lost; its harness lives on, orphaned
         old = psutil.Process(first["pid"])
+        # A prompt host a had accepted and not yet delivered when it died.
+        endpoints, _, prefix = a.store.removeprefix("etcd://").partition("/")
+        shared = EtcdEpochStore(endpoints.split(","), prefix="/" + prefix, host_id="test")
+        await shared.enqueue(QueuedPrompt(session, "left-behind", "accepted by a"))
+        await shared.aclose()
 
         def taken_over() -> bool:
             return any(r["kind"] == "attached" and r["epoch"] > 1 for r in b.events(session))
@@ -145,6 +150,10 @@ async def test_a_lost_host_is_taken_over_and_its_harness_superseded_when_it_retu
         assert delivered.returncode == 0, delivered.stderr
         second = json.loads(delivered.stdout)
         assert (second["epoch"], second["pid"]) == (attached["epoch"], attached["pid"])
+        await wait_until(
+            lambda: any("prompt left-behind" in r["detail"] for r in b.events(session)
+                        if r["kind"] == "delivered")
+        )  # fmt: skip
         assert old.status() != psutil.STATUS_ZOMBIE, "host a's harness must outlive host a"
 
         await a.start()  # host a returns; its old harness reconnects and is refused
@@ -216,3 +225,19 @@ def _events(directory: Path, session: str) -> list[Any]:
     path = directory / "agentd.events.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     return [AgentEvent(**row) for row in rows if row["session"] == session]
+
+
+async def test_the_daemon_will_not_start_without_its_store(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    started = time.monotonic()
+    result = await trio.run_process(
+        [*TETHER, "agentd", "--socket", str(tmp_path / "a.sock"), "--store",
+         "etcd://127.0.0.1:9,127.0.0.1:7", "--host-id", "a"],
+        capture_stdout=True, capture_stderr=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 69
+    assert time.monotonic() - started < 10
+    error = result.stderr.decode()
+    assert "agentd cannot reach its store: epoch store at http://127.0.0.1:9," in error
+    assert "ConnectError" in error
+    assert "Traceback" not in error

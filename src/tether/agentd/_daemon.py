@@ -434,6 +434,9 @@ class Agentd:
                 epoch=record.epoch,
             )
             await self.start_agent(name)
+            for queued in await self.store.pending():
+                if queued.session == name:  # prompts follow the session to its new host
+                    self._spawn_task(self._redeliver, queued, name=f"redeliver {queued.id}")
         except (
             SessionFailed,
             StartFailed,
@@ -887,7 +890,13 @@ class Agentd:
         return f"the harness did not confirm the prompt within {self.patience:.1f}s"
 
     async def _redeliver(self, queued: QueuedPrompt) -> None:
-        with contextlib.suppress(DeliveryFailed, ValueError):
+        """Deliver a prompt queued before a restart or a takeover, unless its session belongs
+        to another live host (the prompt stays queued for that host)."""
+        with contextlib.suppress(DeliveryFailed, ValueError, StoreUnavailable):
+            if self._leased is not None:
+                owner = await self._leased.owner(queued.session)
+                if owner is not None and owner != self.host:
+                    return
             await self.deliver(queued.session, Prompt(queued.id, queued.text, queued.meta))
 
     # -- stop, reset, status ----------------------------------------------------------------

@@ -353,10 +353,13 @@ class EtcdEpochStore:
             return lease
 
     async def claim(self, session: str, epoch: int) -> bool:
-        """Hang ``session`` on this host's lease, in one transaction that checks ``epoch`` is
-        still current and the owner key unchanged since read (absent, or this host's under an
-        older lease); whether the session belongs here now."""
-        lease = await self._ensure_lease()
+        """Hang ``session`` on this host's lease if ``epoch`` is still its current epoch and no
+        other host owns it (a restarted daemon keeping its sessions); whether it is ours."""
+        return await self._claim_on(await self._ensure_lease(), session, epoch)
+
+    async def _claim_on(self, lease: int, session: str, epoch: int) -> bool:
+        """One transaction comparing both keys' revisions as read: the epoch still ``epoch``,
+        the owner key absent or this host's (under an older lease)."""
         epoch_key, owner_key = self._key("epoch", session), self._key("owner", session)
         while True:
             epoch_kv, owner_kv = await self._read(epoch_key, owner_key)
@@ -376,25 +379,11 @@ class EtcdEpochStore:
                 return True
 
     async def _reclaim(self, lease: int) -> None:
-        """Hang the sessions this host owned on the new lease, unless another host bumped
+        """Hang the sessions this host owned on its new lease, unless another host bumped
         them meanwhile (those are forgotten: their harness here is superseded)."""
         for session, epoch in list(self._owned.items()):
-            epoch_key, owner_key = self._key("epoch", session), self._key("owner", session)
-            same = {
-                "key": _b64(epoch_key),
-                "target": "VALUE",
-                "result": "EQUAL",
-                "value": _b64(f"{epoch:0{_WIDTH}d}"),
-            }
-            free = {
-                "key": _b64(owner_key),
-                "target": "CREATE",
-                "result": "EQUAL",
-                "create_revision": "0",
-            }
-            answer = await self._txn([same, free], [self._put(owner_key, self.host_id, lease)])
-            if not answer.get("succeeded"):
-                del self._owned[session]
+            if not await self._claim_on(lease, session, epoch):
+                self._owned.pop(session, None)
                 logger.warning(
                     "host %s: session %s was taken over while its lease was lost",
                     self.host_id,
@@ -467,6 +456,7 @@ class EtcdEpochStore:
         if self._client is None:
             await self.owner("-")  # opens the client (and finds an endpoint that answers)
         assert self._client is not None
+        broken = False
         while True:
             endpoint = self.endpoints[self._good]
             try:
@@ -478,16 +468,23 @@ class EtcdEpochStore:
                 ) as response:
                     async for line in response.aiter_lines():
                         result = json.loads(line).get("result", {}) if line.strip() else {}
-                        if result.get("created") and ready is not None:
-                            ready.set()
+                        if result.get("created"):
+                            broken = False
+                            if ready is not None:
+                                ready.set()
                         for event in result.get("events") or []:
                             body["start_revision"] = str(int(event["kv"]["mod_revision"]) + 1)
                             if event.get("type") == "DELETE":
                                 yield _unb64(event["kv"]["key"])[len(start) :]
             except (httpx.HTTPError, ValueError, KeyError) as exc:
-                logger.warning(
-                    "host %s: ownership watch on %s broke: %r", self.host_id, endpoint, exc
-                )
+                if not broken:  # once per outage, not once per retry
+                    logger.warning(
+                        "host %s: ownership watch on %s broke (%r); reopening",
+                        self.host_id,
+                        endpoint,
+                        exc,
+                    )
+                broken = True
                 self._good = (self._good + 1) % len(self.endpoints)
             await trio.sleep(0.5)
 

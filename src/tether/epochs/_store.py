@@ -161,6 +161,10 @@ class LeasedEpochStore(EpochStore, Protocol):
         no other host owns it (after a daemon restart); whether it now belongs here."""
         ...
 
+    async def owner(self, session: str) -> str | None:
+        """The host whose live lease owns ``session``, or ``None``."""
+        ...
+
     async def orphaned(self) -> list[str]:
         """Sessions with a record and no live owner."""
         ...
