@@ -129,6 +129,11 @@ async def test_a_lost_host_is_taken_over_and_its_harness_superseded_when_it_retu
         refused = await b.tether("send", session, "not yours")
         assert refused.returncode == 1
         assert f"session {session!r} is owned by host 'a'" in refused.stderr.decode()
+        refused = await b.tether("stop", session)
+        assert f"session {session!r} is owned by host 'a'" in refused.stderr.decode()
+        assert json.loads((await a.tether("ps", "--json")).stdout)["sessions"][0]["state"] == (
+            "attached"
+        )
 
         killed = a.kill()  # host a is lost; its harness lives on, orphaned
         old = psutil.Process(first["pid"])

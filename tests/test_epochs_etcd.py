@@ -13,7 +13,13 @@ import pytest
 import trio
 
 from etcd_cluster import Cluster, require
-from tether.epochs import EtcdEpochStore, LeasedEpochStore, OwnedElsewhere, StoreUnavailable
+from tether.epochs import (
+    EtcdEpochStore,
+    LeasedEpochStore,
+    OwnedElsewhere,
+    SessionRecord,
+    StoreUnavailable,
+)
 
 
 def _store(cluster: Cluster, host: str, prefix: str, **kwargs: float) -> EtcdEpochStore:
@@ -50,6 +56,10 @@ async def test_a_live_owner_keeps_other_hosts_from_bumping(
             await b.bump("s")
         assert caught.value.host == "a"
         assert await a.bump("s") == 2, "the owner bumps its own session"
+        await a.save("s", SessionRecord(state="running", host="a"), epoch=2)
+        with pytest.raises(OwnedElsewhere):
+            await b.save("s", SessionRecord(state="stopped", host="b"), epoch=2)
+        assert await b.record("s") == SessionRecord(state="running", host="a", epoch=2)
         nursery.cancel_scope.cancel()
     await a.revoke()  # its ownership keys go at once
     await a.aclose()

@@ -734,9 +734,9 @@ class Agentd:
         await self._retire(session, harness, "superseded")
 
     async def _spawn(self, session: _Session, how: How) -> Attached:
+        epoch = await self.store.bump(session.name)  # first: a refused bump is no restart
         if how == "respawned":
             self._count_restart(session)
-        epoch = await self.store.bump(session.name)
         directory = os.path.join(self.state_dir, session.name)
         os.makedirs(directory, mode=0o700, exist_ok=True)
         env = {
@@ -802,7 +802,13 @@ class Agentd:
         await self._save(session, None, state="failed", pid=None)
 
     async def _save(
-        self, session: _Session, harness: _Harness | None, *, state: str, pid: int | None = -1
+        self,
+        session: _Session,
+        harness: _Harness | None,
+        *,
+        state: str,
+        pid: int | None = -1,
+        quiet: bool = True,
     ) -> None:
         epoch = (
             harness.epoch if harness is not None else (await self.store.current(session.name) or 0)
@@ -819,7 +825,10 @@ class Agentd:
         )
         try:
             await self.store.save(session.name, record, epoch=epoch)
-        except EpochSuperseded as exc:  # a newer epoch wrote it (another daemon): theirs stands
+        except (EpochSuperseded, OwnedElsewhere) as exc:
+            # A newer epoch, or another host, wrote it: theirs stands.
+            if not quiet and isinstance(exc, OwnedElsewhere):
+                raise
             logger.info("session %s: record not saved: %s", session.name, exc)
 
     # -- delivery ---------------------------------------------------------------------------
@@ -903,25 +912,33 @@ class Agentd:
 
     async def stop_agent(self, session_name: str) -> None:
         """Stop the session's harness tree (SIGINT first, so it seals its calls) and record
-        the session as ``stopped``. Bounded by ``2 * grace + 2`` seconds."""
+        the session as ``stopped``. Bounded by ``2 * grace + 2`` seconds.
+
+        Raises:
+            OwnedElsewhere: another host owns the session (its record is left as it is).
+        """
         session = self._session(session_name)
         async with session.lock:
             harness = session.harness
             if harness is not None and not harness.exited.is_set():
                 await self._retire(session, harness, "stopped by request")
+            await self._save(session, harness, state="stopped", pid=None, quiet=False)
             session.state = "stopped"
-            await self._save(session, harness, state="stopped", pid=None)
             self._emit(session, "stopped", harness)
 
     async def reset(self, session_name: str) -> None:
-        """Clear a failed session's failure and its restart count."""
+        """Clear a failed session's failure and its restart count.
+
+        Raises:
+            OwnedElsewhere: another host owns the session (its record is left as it is).
+        """
         session = self._session(session_name)
         async with session.lock:
             session.recent.clear()
             session.reason = None
-            if session.state == "failed":
-                session.state = "stopped"
-            await self._save(session, None, state=session.state, pid=None)
+            state = "stopped" if session.state == "failed" else session.state
+            await self._save(session, None, state=state, pid=None, quiet=False)
+            session.state = state
             self._emit(session, "reset")
 
     def status(self) -> list[SessionStatus]:

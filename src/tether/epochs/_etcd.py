@@ -246,21 +246,28 @@ class EtcdEpochStore:
         return SessionRecord(**json.loads(_unb64(kvs[0]["value"]))) if kvs else None
 
     async def save(self, session: str, record: SessionRecord, *, epoch: int) -> None:
-        """Store ``record`` as written by the holder of ``epoch``: the transaction compares the
-        epoch key's revision read just before, so a stale writer can never land.
+        """Store ``record`` as written by the holder of ``epoch`` on this host: the transaction
+        compares the epoch and owner keys' revisions read just before, so neither a stale
+        writer nor a host that does not own the session can land.
 
         Raises:
             Superseded: ``epoch`` is older than the current epoch.
+            OwnedElsewhere: another host's live lease owns the session.
         """
-        epoch_key = self._key("epoch", session)
+        epoch_key, owner_key = self._key("epoch", session), self._key("owner", session)
         value = json.dumps({**_fields(record), "epoch": epoch})
         while True:
-            (epoch_kv,) = await self._read(epoch_key)
+            epoch_kv, owner_kv = await self._read(epoch_key, owner_key)
             current = None if epoch_kv is None else int(_unb64(epoch_kv["value"]))
             if current is not None and epoch < current:
                 raise Superseded(session, epoch, current)
+            if owner_kv is not None and (host := _unb64(owner_kv["value"])) != self.host_id:
+                raise OwnedElsewhere(session, host)
             answer = await self._txn(
-                [self._same_rev(epoch_key, _rev(epoch_kv))],
+                [
+                    self._same_rev(epoch_key, _rev(epoch_kv)),
+                    self._same_rev(owner_key, _rev(owner_kv)),
+                ],
                 [self._put(self._key("record", session), value)],
             )
             if answer.get("succeeded"):
