@@ -153,7 +153,9 @@ async def test_one_member_down_bumps_go_on_two_down_fail_within_the_bound(
             while not store.lease_held():
                 await trio.sleep(0.1)
         assert await store.owner("s") == "a", "the session was not hung on the new lease"
-        assert await store.bump("s") == 5
+        # The refused bump may still commit once quorum returns (etcd kept it in its log):
+        # StoreUnavailable promises nothing about the effect, only that epochs keep growing.
+        assert await store.bump("s") in (5, 6)
         nursery.cancel_scope.cancel()
     await store.aclose()
 

@@ -109,6 +109,7 @@ class EtcdEpochStore:
         self._lease_until = -math.inf
         self._lease_lock = trio.Lock()
         self._owned: dict[str, int] = {}
+        self._last: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
         self._lost_logged = False
 
     def __repr__(self) -> str:
@@ -120,34 +121,56 @@ class EtcdEpochStore:
         self, path: str, body: dict[str, Any], *, bound: float | None = None
     ) -> dict[str, Any]:
         """POST ``body`` to the first endpoint that answers, starting with the last good one,
-        within ``bound`` seconds (default: the store's ``timeout``)."""
+        within ``bound`` seconds (default: the store's ``timeout``).
+
+        Each attempt gets a third of the bound, so a member that hangs (it lost its leader,
+        or forwards to a dead one) costs one attempt, not the whole call; rounds over the
+        endpoints repeat until the bound unless every endpoint refused the connection.
+        Retrying is safe for every call tether makes: writes are compare-and-swap or
+        create-if-absent, and a duplicated lease grant expires unused.
+        """
         bound = self.timeout if bound is None else min(bound, self.timeout)
         if self._client is None:
             self._client = httpx.AsyncClient(
                 timeout=httpx.Timeout(self.timeout, connect=min(1.0, self.timeout))
             )
-        errors: list[str] = []
-        with trio.move_on_after(bound):
+        deadline = trio.current_time() + bound
+        errors: dict[str, str] = {}
+        while True:
+            refused = 0
             for step in range(len(self.endpoints)):
                 index = (self._good + step) % len(self.endpoints)
                 endpoint = self.endpoints[index]
-                try:
-                    response = await self._client.post(endpoint + path, json=body)
-                    data = response.json()
-                except (httpx.HTTPError, ValueError) as exc:
-                    errors.append(f"{endpoint}: {type(exc).__name__}: {exc}")
+                left = deadline - trio.current_time()
+                if left <= 0:
+                    errors["bound"] = f"no answer within {bound:g}s"
+                    raise StoreUnavailable(self._where(), "; ".join(errors.values()))
+                cap = min(left, max(0.5, bound / 3))
+                with trio.move_on_after(cap) as attempt:
+                    try:
+                        response = await self._client.post(endpoint + path, json=body)
+                        data = response.json()
+                    except (httpx.ConnectError, ValueError) as exc:
+                        refused += isinstance(exc, httpx.ConnectError)
+                        errors[endpoint] = f"{endpoint}: {type(exc).__name__}: {exc}"
+                        continue
+                    except httpx.HTTPError as exc:
+                        errors[endpoint] = f"{endpoint}: {type(exc).__name__}: {exc}"
+                        continue
+                if attempt.cancelled_caught:
+                    errors[endpoint] = f"{endpoint}: no answer within {cap:.2g}s"
                     continue
                 if response.status_code == 200:
                     self._good = index
                     return dict(data)
                 message = data.get("message") or data.get("error") or response.text
                 if data.get("code") in _RETRYABLE or response.status_code >= 500:
-                    errors.append(f"{endpoint}: {message}")
+                    errors[endpoint] = f"{endpoint}: {message}"
                     continue
                 raise StoreUnavailable(self._where(), f"{path} refused: {message}")
-            raise StoreUnavailable(self._where(), "; ".join(errors))
-        errors.append(f"no answer within {bound:g}s")
-        raise StoreUnavailable(self._where(), "; ".join(errors))
+            if refused == len(self.endpoints):
+                raise StoreUnavailable(self._where(), "; ".join(errors.values()))
+            await trio.sleep(min(0.1, max(0.0, deadline - trio.current_time())))
 
     def _where(self) -> str:
         return ",".join(self.endpoints)
@@ -168,9 +191,13 @@ class EtcdEpochStore:
         return list((await self._call("/v3/kv/range", body)).get("kvs") or [])
 
     async def _txn(
-        self, compare: list[dict[str, Any]], success: list[dict[str, Any]]
+        self,
+        compare: list[dict[str, Any]],
+        success: list[dict[str, Any]],
+        failure: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        return await self._call("/v3/kv/txn", {"compare": compare, "success": success})
+        body = {"compare": compare, "success": success, "failure": failure or []}
+        return await self._call("/v3/kv/txn", body)
 
     @staticmethod
     def _same_rev(key: str, rev: str) -> dict[str, Any]:
@@ -200,25 +227,37 @@ class EtcdEpochStore:
             StoreUnavailable: etcd did not answer within ``timeout``.
         """
         epoch_key, owner_key = self._key("epoch", session), self._key("owner", session)
+        # What this store wrote last is the likely state: try the swap on it at once (one
+        # round trip); a stale guess fails the comparison and the answer carries the truth.
+        guess = self._last.get(session)
+        epoch_kv, owner_kv = guess if guess else await self._read(epoch_key, owner_key)
         while True:
             lease = await self._ensure_lease()
-            epoch_kv, owner_kv = await self._read(epoch_key, owner_key)
             if owner_kv is not None and (host := _unb64(owner_kv["value"])) != self.host_id:
+                self._last.pop(session, None)
                 raise OwnedElsewhere(session, host)
             epoch = 1 + (0 if epoch_kv is None else int(_unb64(epoch_kv["value"])))
+            value = f"{epoch:0{_WIDTH}d}"
             answer = await self._txn(
                 [
                     self._same_rev(epoch_key, _rev(epoch_kv)),
                     self._same_rev(owner_key, _rev(owner_kv)),
                 ],
+                [self._put(epoch_key, value), self._put(owner_key, self.host_id, lease)],
                 [
-                    self._put(epoch_key, f"{epoch:0{_WIDTH}d}"),
-                    self._put(owner_key, self.host_id, lease),
+                    {"request_range": {"key": _b64(epoch_key)}},
+                    {"request_range": {"key": _b64(owner_key)}},
                 ],
             )
             if answer.get("succeeded"):
+                revision = answer["header"]["revision"]
+                self._last[session] = (
+                    {"value": _b64(value), "mod_revision": revision},
+                    {"value": _b64(self.host_id), "mod_revision": revision},
+                )
                 self._owned[session] = epoch
                 return epoch
+            epoch_kv, owner_kv = (_kv(r) for r in answer.get("responses", []))
 
     async def current(self, session: str) -> int | None:
         """The latest epoch issued for ``session`` (a linearizable read), or ``None``."""
