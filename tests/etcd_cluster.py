@@ -35,7 +35,7 @@ def require() -> str:
     return found
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     try:
         for s in sockets:
@@ -52,7 +52,7 @@ class Cluster:
     def __init__(self, binary: str, directory: Path, size: int = 3) -> None:
         self.binary = binary
         self.directory = directory
-        ports = _free_ports(2 * size)
+        ports = free_ports(2 * size)
         self.names = [f"m{i}" for i in range(size)]
         self.client = {name: ports[2 * i] for i, name in enumerate(self.names)}
         self.peer = {name: ports[2 * i + 1] for i, name in enumerate(self.names)}

@@ -3,6 +3,7 @@ that has lost its lease refusing work and calling its sessions unconfirmed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import psutil
 import pytest
 import trio
 
-from etcd_cluster import Cluster, require
+from etcd_cluster import Cluster, free_ports, require
 from helpers import kill_marked, unique_session, wait_until
 from tether import Agentd, DeliveryFailed
 from tether.epochs import EtcdEpochStore, QueuedPrompt
@@ -246,3 +247,108 @@ async def test_the_daemon_will_not_start_without_its_store(tmp_path: Path) -> No
     assert "agentd cannot reach its store: epoch store at http://127.0.0.1:9," in error
     assert "ConnectError" in error
     assert "Traceback" not in error
+
+
+class Proxy:
+    """A TCP proxy in front of one etcd member that the test can cut (every connection
+    dropped, new ones refused) and restore on the same port: a host cut off from etcd."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.split(":")
+        self.target = (host, int(port))
+        (self.port,) = free_ports(1)
+        self._scope: trio.CancelScope | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope() as self._scope:
+            listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")
+            task_status.started()
+            await trio.serve_listeners(self._relay, listeners)
+
+    async def _relay(self, client: trio.SocketStream) -> None:
+        async with (
+            client,
+            await trio.open_tcp_stream(*self.target) as server,
+            trio.open_nursery() as nursery,
+        ):
+
+            async def pump(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    async for chunk in source:
+                        await sink.send_all(chunk)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(pump, client, server)
+            nursery.start_soon(pump, server, client)
+
+    def cut(self) -> None:
+        assert self._scope is not None
+        self._scope.cancel()
+
+
+async def test_a_host_cut_off_from_etcd_stops_first_and_is_superseded_when_back(
+    tmp_path: Path, etcd_cluster: Cluster
+) -> None:
+    tmp_path.chmod(0o700)
+    session = unique_session()
+    prefix = f"/test-{uuid.uuid4().hex}"
+    proxy = Proxy(etcd_cluster.endpoints[0])
+    env = {**os.environ, "TETHER_RECONNECT_FOR": "30"}
+    a_store = EtcdEpochStore(
+        [proxy.endpoint], prefix=prefix, host_id="a", lease_ttl=TTL, timeout=1.0
+    )
+    b_store = EtcdEpochStore(etcd_cluster.endpoints, prefix=prefix, host_id="b", lease_ttl=TTL)
+    (tmp_path / "a").mkdir(mode=0o700)
+    (tmp_path / "b").mkdir(mode=0o700)
+    a = Agentd(a_store, tmp_path / "a" / "s.sock", EXAMPLE, heartbeat=0.2, grace=0.3, env=env)
+    b = Agentd(
+        b_store, tmp_path / "b" / "s.sock", EXAMPLE, heartbeat=0.2, grace=0.3, env=env, adopt=True
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(proxy.serve)
+            async with a.running(stop_harnesses=True), b.running(stop_harnesses=True):
+                first = await a.start_agent(session)
+                proxy.cut()
+                with trio.fail_after(TTL + 1):
+                    while a.confirmed():
+                        await trio.sleep(0.05)
+                with pytest.raises(DeliveryFailed, match="host a lost its lease"):
+                    await a.deliver(session, "refused while cut off")
+                assert [row.state for row in a.status()] == ["unconfirmed"]
+                with trio.fail_after(TTL + 5):
+                    while session not in b.attached():
+                        await trio.sleep(0.05)
+                taken = await b.deliver(session, "on host b")
+                assert taken.epoch > first.epoch
+                assert psutil.pid_exists(first.pid), "host a kept its harness while cut off"
+
+                await nursery.start(proxy.serve)  # host a reaches etcd again, same port
+
+                def exited() -> list[str]:
+                    return [e.detail for e in _events(tmp_path / "a", session)
+                            if e.kind == "exited" and e.pid == first.pid]  # fmt: skip
+
+                await wait_until(lambda: bool(exited()), timeout=20)
+                assert exited() == ["code 75"], "host a's old harness did not exit 75"
+                assert a.confirmed()
+                with pytest.raises(DeliveryFailed, match="owned by host 'b'"):
+                    await a.deliver(session, "not a's any more")
+                nursery.cancel_scope.cancel()
+        rows = [
+            dict(row.to_json(), host=host)
+            for host in ("a", "b")
+            for row in _events(tmp_path / host, session)
+        ]
+        never_two_attached(rows, {})
+        unconfirmed = min(r["at"] for r in rows if r["host"] == "a" and r["kind"] == "unconfirmed")
+        takeover = min(r["at"] for r in rows if r["host"] == "b" and r["kind"] == "takeover")
+        assert unconfirmed < takeover, "host b took the session before host a stopped"
+    finally:
+        await a_store.aclose()
+        await b_store.aclose()
+        kill_marked(session)
