@@ -189,7 +189,7 @@ def own_cluster(tmp_path: Path, no_process_leaks: None) -> Iterator[Cluster]:
 
 
 async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
-    tmp_path: Path, own_cluster: Cluster
+    tmp_path: Path, own_cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     tmp_path.chmod(0o700)
     session = unique_session()
@@ -212,6 +212,10 @@ async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
             await wait_until(
                 lambda: any(e.kind == "unconfirmed" for e in _events(tmp_path, session))
             )
+            os.kill(attached.pid, signal.SIGKILL)  # the daemon outlives a death it cannot record
+            await wait_until(lambda: any(e.kind == "exited" for e in _events(tmp_path, session)))
+            await wait_until(lambda: "record not saved: epoch store at" in caplog.text)
+            assert [row.state for row in agentd.status()] == ["unconfirmed"]
             own_cluster.start("m0")
             own_cluster.start("m1")
             await trio.to_thread.run_sync(own_cluster.wait_healthy, own_cluster.names)
@@ -219,7 +223,7 @@ async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
                 while not agentd.confirmed():
                     await trio.sleep(0.1)
             delivered = await agentd.deliver(session, "after")
-            assert (delivered.pid, delivered.epoch) == (attached.pid, attached.epoch)
+            assert delivered.epoch > attached.epoch, "a fresh harness after the dead one"
     finally:
         await store.aclose()
         kill_marked(session)

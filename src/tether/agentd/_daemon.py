@@ -457,7 +457,10 @@ class Agentd:
         if isinstance(message, Control):
             await self._control(connection, message)
         elif isinstance(message, Hello):
-            await self._harness_connection(connection, message)
+            try:
+                await self._harness_connection(connection, message)
+            except StoreUnavailable as exc:  # the harness retries; its loop has a bound
+                raise ProtocolError(f"cannot check the epoch now: {exc}") from None
         else:
             raise ProtocolError(
                 f"the first message must be hello or control, not {type(message).__name__}"
@@ -825,11 +828,17 @@ class Agentd:
         )
         try:
             await self.store.save(session.name, record, epoch=epoch)
-        except (EpochSuperseded, OwnedElsewhere) as exc:
-            # A newer epoch, or another host, wrote it: theirs stands.
-            if not quiet and isinstance(exc, OwnedElsewhere):
+        except (EpochSuperseded, OwnedElsewhere, StoreUnavailable) as exc:
+            # A newer epoch, or another host, wrote it: theirs stands. An unreachable store
+            # loses this record only (the next save writes the whole state again).
+            if not quiet and not isinstance(exc, EpochSuperseded):
                 raise
-            logger.info("session %s: record not saved: %s", session.name, exc)
+            logger.log(
+                logging.WARNING if isinstance(exc, StoreUnavailable) else logging.INFO,
+                "session %s: record not saved: %s",
+                session.name,
+                exc,
+            )
 
     # -- delivery ---------------------------------------------------------------------------
 
@@ -976,10 +985,16 @@ class Agentd:
         }
 
     async def _stop_all(self) -> None:
+        async def stop(name: str) -> None:
+            try:
+                await self.stop_agent(name)
+            except (OwnedElsewhere, StoreUnavailable) as exc:  # stopped, not recorded
+                logger.warning("session %s: %s", name, exc)
+
         async with trio.open_nursery() as nursery:
             for session in self._sessions.values():
                 if session.harness is not None and not session.harness.exited.is_set():
-                    nursery.start_soon(self.stop_agent, session.name)
+                    nursery.start_soon(stop, session.name)
 
     # -- the control protocol ---------------------------------------------------------------
 
