@@ -180,3 +180,24 @@ async def test_a_restarted_daemon_claims_its_sessions_unless_taken_over(
     for store in (before, after, other):
         await store.revoke()
         await store.aclose()
+
+
+async def test_a_host_that_slept_past_its_ttl_knows_its_lease_is_gone(
+    etcd_cluster: Cluster, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Suspension is simulated by moving the boot-time clock (which counts it) forward."""
+    from tether import _util
+
+    store = _store(etcd_cluster, "a", prefix, lease_ttl=3)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.keep_alive)
+        assert store.lease_held()
+        real = _util.boottime
+        monkeypatch.setattr(_util, "boottime", lambda: real() + 4)
+        assert not store.lease_held(), "a sleep longer than the TTL went unnoticed"
+        with trio.fail_after(3):  # the next keepalive finds the lease (etcd never slept)
+            while not store.lease_held():
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    await store.revoke()
+    await store.aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
@@ -28,3 +29,13 @@ def caller_site(depth: int) -> tuple[str, int]:
     """
     frame = sys._getframe(depth + 1)
     return frame.f_code.co_filename, frame.f_lineno
+
+
+def boottime() -> float:
+    """Seconds on a clock that keeps counting while the host is suspended (``CLOCK_BOOTTIME``
+    on Linux; ``time.monotonic`` elsewhere, which may not), for deadlines that another host
+    counts in real time, such as a lease's."""
+    return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
+
+
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)

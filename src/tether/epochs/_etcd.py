@@ -22,13 +22,14 @@ import base64
 import json
 import logging
 import math
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Self
 from urllib.parse import quote, unquote
 
 import httpx
 import trio
 
+from .. import _util
 from ._store import OwnedElsewhere, QueuedPrompt, SessionRecord, StoreUnavailable, Superseded
 
 logger = logging.getLogger("tether.epochs")
@@ -111,6 +112,8 @@ class EtcdEpochStore:
         self._owned: dict[str, int] = {}
         self._last: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
         self._lost_logged = False
+        self._revoked = False
+        """Set by ``revoke``: ``keep_alive`` ends instead of granting a new lease."""
 
     def __repr__(self) -> str:
         return f"<tether.EtcdEpochStore {','.join(self.endpoints)} host={self.host_id!r}>"
@@ -333,29 +336,32 @@ class EtcdEpochStore:
         create = {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
         await self._txn([create], [self._put(key, value)])
 
-    async def _update(self, session: str, prompt_id: str, change: dict[str, Any]) -> None:
+    async def _update(
+        self, session: str, prompt_id: str, change: Callable[[dict[str, Any]], None]
+    ) -> None:
+        """Read-modify-write one queued prompt, compare-and-swap on its revision."""
         key = self._outbox_key(session, prompt_id)
         while True:
             kvs = await self._range(key)
             if not kvs:
                 return
             item = json.loads(_unb64(kvs[0]["value"]))
-            if "attempts" in change:
-                change = {"attempts": item["attempts"] + 1}
+            change(item)
             answer = await self._txn(
-                [self._same_rev(key, _rev(kvs[0]))],
-                [self._put(key, json.dumps({**item, **change}))],
+                [self._same_rev(key, _rev(kvs[0]))], [self._put(key, json.dumps(item))]
             )
             if answer.get("succeeded"):
                 return
 
     async def attempted(self, session: str, prompt_id: str) -> None:
         """Count one more delivery attempt of a queued prompt."""
-        await self._update(session, prompt_id, {"attempts": 1})
+        await self._update(
+            session, prompt_id, lambda item: item.update(attempts=item["attempts"] + 1)
+        )
 
     async def settle(self, session: str, prompt_id: str, outcome: str) -> None:
         """Record the prompt's outcome; it is no longer ``pending``."""
-        await self._update(session, prompt_id, {"outcome": outcome})
+        await self._update(session, prompt_id, lambda item: item.update(outcome=outcome))
 
     async def pending(self) -> list[QueuedPrompt]:
         """Every queued prompt without an outcome, oldest (first created) first."""
@@ -378,15 +384,16 @@ class EtcdEpochStore:
     # -- the host lease ---------------------------------------------------------------------
 
     def lease_held(self) -> bool:
-        """Whether this host's lease is known alive: granted, and kept alive within its TTL
-        (by this process's clock, counted from when the last keepalive was sent)."""
-        return self._lease is not None and trio.current_time() < self._lease_until
+        """Whether this host's lease is known alive: granted, and kept alive within its TTL,
+        counted from when the last keepalive was sent on a clock that keeps counting while
+        the host sleeps (a laptop that slept past its TTL knows its lease is gone)."""
+        return self._lease is not None and _util.boottime() < self._lease_until
 
     async def _ensure_lease(self) -> int:
         async with self._lease_lock:
             if self._lease is not None and self.lease_held():
                 return self._lease
-            sent = trio.current_time()
+            sent = _util.boottime()
             granted = await self._call("/v3/lease/grant", {"TTL": self.lease_ttl})
             lease = int(granted["ID"])
             self._lease, self._lease_until = lease, sent + int(granted["TTL"])
@@ -450,12 +457,11 @@ class EtcdEpochStore:
         await self._ensure_lease()
         task_status.started()
         failing = False
-        while True:
-            now = trio.current_time()
-            wake = now + (1.0 if failing else self.lease_ttl / 3)
-            if failing and self._lease_until > now:
-                wake = min(wake, self._lease_until)
-            await trio.sleep_until(wake)
+        while not self._revoked:
+            delay = 1.0 if failing else self.lease_ttl / 3
+            if failing and self.lease_held():
+                delay = max(0.0, min(delay, self._lease_until - _util.boottime()))
+            await trio.sleep(delay)
             if failing and not self.lease_held():
                 self._note_lost("no keepalive confirmed within its TTL")
             failing = not await self._refresh()
@@ -463,7 +469,7 @@ class EtcdEpochStore:
     async def _refresh(self) -> bool:
         """One keepalive; whether it confirmed the lease (or a new one was granted)."""
         lease = self._lease
-        sent = trio.current_time()
+        sent = _util.boottime()
         try:
             if lease is None:
                 await self._ensure_lease()
@@ -477,6 +483,9 @@ class EtcdEpochStore:
         ttl = int(answer.get("result", {}).get("TTL", 0))
         if ttl > 0:
             self._lease_until = sent + ttl
+            if self._lost_logged:
+                logger.warning("host %s holds its lease again", self.host_id)
+                self._lost_logged = False
             return True
         self._lease_until = -math.inf
         self._note_lost("etcd says the lease expired")
@@ -547,6 +556,7 @@ class EtcdEpochStore:
         lease, self._lease = self._lease, None
         self._lease_until = -math.inf
         self._owned.clear()
+        self._revoked = True
         if lease is not None:
             await self._call("/v3/lease/revoke", {"ID": str(lease)})
 
