@@ -527,6 +527,8 @@ class EtcdEpochStore:
                             broken = False
                             if ready is not None:
                                 ready.set()
+                        if result.get("compact_revision"):  # history gone: from what is left
+                            body["start_revision"] = result["compact_revision"]
                         for event in result.get("events") or []:
                             body["start_revision"] = str(int(event["kv"]["mod_revision"]) + 1)
                             if event.get("type") == "DELETE":
