@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,9 +19,11 @@ from typing import Any
 import psutil
 import pytest
 import trio
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from etcd_cluster import Cluster, free_ports, require
-from helpers import kill_marked, unique_session, wait_until
+from helpers import kill_marked, marked, reap_zombie_children, unique_session, wait_until
 from tether import Agentd, DeliveryFailed
 from tether.epochs import EtcdEpochStore, QueuedPrompt
 
@@ -85,15 +88,16 @@ class Host:
 
 
 def never_two_attached(rows: list[dict[str, Any]], deaths: dict[str, float]) -> None:
-    """Across hosts, in time order: an ``attached`` while another harness of the session is
-    still attached fails; a harness stops being attached when its daemon says so or dies."""
+    """Across hosts, in time order: an ``attached`` (or a ``confirmed`` after a lost lease)
+    while another harness of the session is still attached fails; a harness stops being
+    attached when its daemon says so (``unconfirmed`` included) or dies."""
     attached: dict[tuple[str, int], float] = {}
     timeline = sorted(
         [(row["at"], row["host"], row["kind"], row["pid"]) for row in rows]
         + [(at, host, "daemon_killed", None) for host, at in deaths.items()]
     )
     for _, host, kind, pid in timeline:
-        if kind == "attached":
+        if kind in ("attached", "confirmed"):
             assert not [k for k in attached if k != (host, pid)], f"{host} {pid} with {attached}"
             attached[(host, pid)] = 0.0
         elif kind in ("detached", "phantom", "superseded", "exited", "stopped", "unconfirmed"):
@@ -356,3 +360,111 @@ async def test_a_host_cut_off_from_etcd_stops_first_and_is_superseded_when_back(
         await a_store.aclose()
         await b_store.aclose()
         kill_marked(session)
+
+
+def host_harnesses(session: str, host: str) -> list[psutil.Process]:
+    """Live example harnesses of ``session`` started by the daemon of ``host``."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            env = process.environ()
+            if (
+                env.get("TETHER_SESSION") == session
+                and env.get("TETHER_HOST") == host
+                and "tether.harness.example" in process.cmdline()
+                and process.status() != psutil.STATUS_ZOMBIE
+            ):
+                found.append(process)
+        except psutil.Error:
+            continue
+    pids = {process.pid for process in found}
+    return [process for process in found if process.ppid() not in pids]
+
+
+LIVES = st.lists(
+    st.sampled_from(["deliver_a", "deliver_b", "cut", "restore", "kill", "time"]),
+    min_size=4,
+    max_size=8,
+)
+
+
+# No shrinking: each example runs etcd, two daemons and real harnesses for seconds.
+@settings(
+    phases=[Phase.reuse, Phase.generate],
+    max_examples=int(os.environ.get("TETHER_LIVES", "5")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+@given(ops=LIVES)
+async def test_random_host_lives_never_attach_two_harnesses(
+    ops: list[str], etcd_cluster: Cluster
+) -> None:
+    """Random deliveries through either host, host a cut off from etcd and back, harness
+    SIGKILLs and time passing (leases expiring), host b adopting: after every step no two
+    harnesses are attached (by both event logs), each host runs at most one harness of the
+    session, delivered epochs never go back, and every delivery ends within its bound."""
+    session = unique_session()
+    prefix = f"/test-{uuid.uuid4().hex}"
+    proxy = Proxy(etcd_cluster.endpoints[0])
+    env = {**os.environ, "TETHER_RECONNECT_FOR": "30"}
+    settings_ = {"heartbeat": 0.2, "grace": 0.3, "start_timeout": 5.0, "env": env}
+    bound = 3 * (2 * 0.6 + 2 * 0.3 + 1 + 5.0) + 2
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        root.chmod(0o700)
+        stores = [
+            EtcdEpochStore(
+                [proxy.endpoint], prefix=prefix, host_id="a", lease_ttl=TTL, timeout=1.0
+            ),
+            EtcdEpochStore(etcd_cluster.endpoints, prefix=prefix, host_id="b", lease_ttl=TTL),
+        ]
+        for name in ("a", "b"):
+            (root / name).mkdir(mode=0o700)
+        a = Agentd(stores[0], root / "a" / "s.sock", EXAMPLE, **settings_)  # type: ignore[arg-type]
+        b = Agentd(stores[1], root / "b" / "s.sock", EXAMPLE, adopt=True, **settings_)  # type: ignore[arg-type]
+        latest = 0
+        cut = False
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(proxy.serve)
+                async with a.running(stop_harnesses=True), b.running(stop_harnesses=True):
+                    for op in ops:
+                        if op in ("deliver_a", "deliver_b"):
+                            daemon = a if op == "deliver_a" else b
+                            with trio.fail_after(bound):
+                                try:
+                                    delivered = await daemon.deliver(session, op)
+                                except DeliveryFailed:
+                                    pass
+                                else:
+                                    assert delivered.epoch >= latest, f"epoch went back: {ops}"
+                                    latest = delivered.epoch
+                        elif op == "cut" and not cut:
+                            proxy.cut()
+                            cut = True
+                        elif op == "restore" and cut:
+                            await nursery.start(proxy.serve)
+                            cut = False
+                        elif op == "kill":
+                            for host in ("a", "b"):
+                                for process in host_harnesses(session, host):
+                                    process.kill()
+                        elif op == "time":
+                            await trio.sleep(TTL + 1)  # the step is time passing: leases end
+                        rows = [
+                            dict(row.to_json(), host=host)
+                            for host in ("a", "b")
+                            for row in _events(root / host, session)
+                        ]
+                        never_two_attached(rows, {})
+                        for host in ("a", "b"):
+                            assert len(host_harnesses(session, host)) <= 1, f"{host}: {ops}"
+                    if cut:
+                        await nursery.start(proxy.serve)
+                nursery.cancel_scope.cancel()
+        finally:
+            for store in stores:
+                await store.aclose()
+            kill_marked(session)
+            await wait_until(lambda: marked(session) == [])
+            await wait_until(reap_zombie_children)

@@ -3,8 +3,8 @@ epoch, the ownership watch, bounded failure when etcd is unreachable or has lost
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import math
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from etcd_cluster import Cluster, require
+from tether import channel
 from tether.epochs import (
     EtcdEpochStore,
     LeasedEpochStore,
@@ -94,21 +95,16 @@ async def test_released_reports_each_session_whose_owner_went(
     await a.bump("s1")
     await a.bump("s2")
     seen: list[str] = []
-    ready = trio.Event()
+    sender, released = channel(str, math.inf)
     async with trio.open_nursery() as nursery:
-
-        async def watch() -> None:
-            async with contextlib.aclosing(b.released(ready)) as released:
-                async for session in released:
-                    seen.append(session)
-                    if len(seen) == 2:
-                        nursery.cancel_scope.cancel()
-
-        nursery.start_soon(watch)
-        await ready.wait()
+        await nursery.start(b.watch_released, sender)
         await a.revoke()
         with trio.fail_after(10):
-            await trio.sleep_forever()
+            async for session in released:
+                seen.append(session)
+                if len(seen) == 2:
+                    break
+        nursery.cancel_scope.cancel()
     assert sorted(seen) == ["s1", "s2"]
     await a.aclose()
     await b.aclose()

@@ -38,7 +38,7 @@ import attrs
 import psutil
 import trio
 
-from ..channels import Receiver
+from ..channels import Receiver, channel
 from ..epochs import (
     EpochStore,
     LeasedEpochStore,
@@ -358,8 +358,8 @@ class Agentd:
         return f"host {self.host} lost its lease on the store; its sessions are unconfirmed"
 
     def _check_lease(self) -> None:
-        """Say when the lease is lost or held again; once it is held again, sessions another
-        host bumped meanwhile are superseded here."""
+        """Say when the lease is lost; once it is held again, confirm each session whose epoch
+        is still ours and supersede the harness of each that another host bumped meanwhile."""
         held = self.confirmed()
         if held == self._was_confirmed:
             return
@@ -371,7 +371,6 @@ class Agentd:
             if harness is None or harness.exited.is_set():
                 continue
             if held:
-                self._emit(session, "confirmed", harness, "the host lease is held again")
                 self._spawn_task(self._recheck, session, name=f"recheck {session.name}")
             else:
                 self._emit(session, "unconfirmed", harness, self._lease_lost())
@@ -388,27 +387,34 @@ class Agentd:
                 return
             if current != harness.epoch:
                 await self._supersede(session, harness, current)
+            else:
+                self._emit(session, "confirmed", harness, "the host lease is held again")
 
     async def _take_over_released(
         self, store: LeasedEpochStore, *, task_status: trio.TaskStatus[None]
     ) -> None:
         """Take over each session whose owner's lease ends, and at start those without one."""
-        ready = trio.Event()
+        watching = trio.Event()
         async with trio.open_nursery() as nursery:
 
             async def watch() -> None:
                 while True:
+                    sender, released = channel(str, math.inf, name="released sessions")
                     try:
-                        async with contextlib.aclosing(store.released(ready)) as released:
-                            async for name in released:
-                                nursery.start_soon(self._take, name, "its owner's lease ended")
+                        await nursery.start(store.watch_released, sender)
                     except StoreUnavailable as exc:
                         logger.warning("host %s: cannot watch owners: %s", self.host, exc)
+                    else:
+                        watching.set()
+                        async for name in released:
+                            nursery.start_soon(self._take, name, "its owner's lease ended")
+                    finally:
+                        released.close()
                     await trio.sleep(self.heartbeat)
 
             nursery.start_soon(watch, name="agentd ownership watch")
             with trio.move_on_after(self.start_timeout):
-                await ready.wait()
+                await watching.wait()
             try:
                 for name in await store.orphaned():
                     nursery.start_soon(self._take, name, "it had no live owner")

@@ -22,7 +22,7 @@ import base64
 import json
 import logging
 import math
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Self
 from urllib.parse import quote, unquote
 
@@ -30,6 +30,7 @@ import httpx
 import trio
 
 from .. import _util
+from ..channels import Sender, SendError
 from ._store import OwnedElsewhere, QueuedPrompt, SessionRecord, StoreUnavailable, Superseded
 
 logger = logging.getLogger("tether.epochs")
@@ -38,6 +39,39 @@ _RETRYABLE = {4, 14}
 """gRPC codes worth another endpoint: deadline exceeded, unavailable (no leader, a restart)."""
 _WIDTH = 20
 """Epochs are stored zero-padded so that etcd's byte-wise value comparison is numeric."""
+
+
+class _Body(httpx.AsyncByteStream):
+    """A request body httpx iterates without an async generator: httpx's own is left
+    suspended when a request is cancelled mid-send, and trio then warns when it is collected
+    (encode/httpx#3686)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._data is None:
+            raise StopAsyncIteration
+        data, self._data = self._data, None
+        return data
+
+
+def _request(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], timeout: httpx.Timeout | None = None
+) -> httpx.Request:
+    data = json.dumps(body).encode()
+    request = client.build_request(
+        "POST",
+        url,
+        content=data,
+        headers={"Content-Type": "application/json"},
+        timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+    )
+    request.stream = _Body(data)
+    return request
 
 
 def _b64(text: str) -> str:
@@ -151,7 +185,8 @@ class EtcdEpochStore:
                 cap = min(left, max(0.5, bound / 3))
                 with trio.move_on_after(cap) as attempt:
                     try:
-                        response = await self._client.post(endpoint + path, json=body)
+                        request = _request(self._client, endpoint + path, body)
+                        response = await self._client.send(request)
                         data = response.json()
                     except (httpx.ConnectError, ValueError) as exc:
                         refused += isinstance(exc, httpx.ConnectError)
@@ -447,7 +482,7 @@ class EtcdEpochStore:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Hold this host's lease until cancelled: grant it, then keep it alive every third of
-        its TTL; while keepalives fail, retry every second, log the loss as soon as the TTL
+        its TTL; while keepalives fail, retry every sixth of it (at most a second), log the loss as soon as the TTL
         has passed since the last confirmed one (``lease_held`` is then false), and grant a
         new lease once etcd answers again.
 
@@ -458,7 +493,7 @@ class EtcdEpochStore:
         task_status.started()
         failing = False
         while not self._revoked:
-            delay = 1.0 if failing else self.lease_ttl / 3
+            delay = min(1.0, self.lease_ttl / 6) if failing else self.lease_ttl / 3
             if failing and self.lease_held():
                 delay = max(0.0, min(delay, self._lease_until - _util.boottime()))
             await trio.sleep(delay)
@@ -501,49 +536,69 @@ class EtcdEpochStore:
             self._lost_logged = True
             logger.error("host %s lost its lease: %s", self.host_id, why)
 
-    async def released(self, ready: trio.Event | None = None) -> AsyncGenerator[str, None]:
-        """Sessions whose owner's lease ended (expired or revoked) from now on, as etcd's
-        watch reports them; ``ready`` is set once the watch is in place. A broken watch is
-        reopened on the next endpoint from the revision after the last event seen, so no
-        release is missed while etcd keeps its history."""
+    async def watch_released(
+        self,
+        sessions: Sender[str],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Send each session whose owner's lease ends (expires or is revoked) to ``sessions``
+        until cancelled; started once etcd's watch is in place. A broken watch is reopened on
+        the next endpoint from the revision after the last event seen, so no release is
+        missed while etcd keeps its history; the sender is closed on return.
+
+        Raises:
+            StoreUnavailable: no endpoint answered before the watch was first in place.
+        """
         start = self._dir("owner")
         body: dict[str, Any] = {"key": _b64(start), "range_end": _prefix_end(start)}
-        if self._client is None:
-            await self.owner("-")  # opens the client (and finds an endpoint that answers)
-        assert self._client is not None
-        broken = False
-        while True:
-            endpoint = self.endpoints[self._good]
-            try:
-                async with self._client.stream(
-                    "POST",
+        with sessions:
+            await self.owner("-")  # opens the client on an endpoint that answers, or raises
+            assert self._client is not None
+            started = broken = False
+            while True:
+                endpoint = self.endpoints[self._good]
+                request = _request(
+                    self._client,
                     endpoint + "/v3/watch",
-                    json={"create_request": body},
-                    timeout=httpx.Timeout(self.timeout, read=None),
-                ) as response:
-                    async for line in response.aiter_lines():
-                        result = json.loads(line).get("result", {}) if line.strip() else {}
-                        if result.get("created"):
-                            broken = False
-                            if ready is not None:
-                                ready.set()
-                        if result.get("compact_revision"):  # history gone: from what is left
-                            body["start_revision"] = result["compact_revision"]
-                        for event in result.get("events") or []:
-                            body["start_revision"] = str(int(event["kv"]["mod_revision"]) + 1)
-                            if event.get("type") == "DELETE":
-                                yield _unb64(event["kv"]["key"])[len(start) :]
-            except (httpx.HTTPError, ValueError, KeyError) as exc:
-                if not broken:  # once per outage, not once per retry
-                    logger.warning(
-                        "host %s: ownership watch on %s broke (%r); reopening",
-                        self.host_id,
-                        endpoint,
-                        exc,
-                    )
-                broken = True
-                self._good = (self._good + 1) % len(self.endpoints)
-            await trio.sleep(0.5)
+                    {"create_request": body},
+                    httpx.Timeout(self.timeout, read=None),
+                )
+                try:
+                    response = await self._client.send(request, stream=True)
+                    try:
+                        # Nothing in this loop may wait: httpx's line iterator must only
+                        # ever be interrupted inside itself, where it unwinds (ADR 0017).
+                        async for line in response.aiter_lines():
+                            result = json.loads(line).get("result", {}) if line.strip() else {}
+                            if result.get("created"):
+                                broken = False
+                                if not started:
+                                    started = True
+                                    task_status.started()
+                            if result.get("compact_revision"):  # history gone: resume after
+                                body["start_revision"] = result["compact_revision"]
+                            for event in result.get("events") or []:
+                                body["start_revision"] = str(int(event["kv"]["mod_revision"]) + 1)
+                                if event.get("type") == "DELETE":
+                                    try:
+                                        sessions.try_send(_unb64(event["kv"]["key"])[len(start) :])
+                                    except SendError:
+                                        return  # nobody listens any more
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            await response.aclose()
+                except (httpx.HTTPError, ValueError, KeyError) as exc:
+                    if not broken:  # once per outage, not once per retry
+                        logger.warning(
+                            "host %s: ownership watch on %s broke (%r); reopening",
+                            self.host_id,
+                            endpoint,
+                            exc,
+                        )
+                    broken = True
+                    self._good = (self._good + 1) % len(self.endpoints)
+                await trio.sleep(0.5)
 
     async def orphaned(self) -> list[str]:
         """Sessions with a record and no live owner (their host's lease ended)."""

@@ -8,11 +8,12 @@ nor overwrite what its successor wrote.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 import trio
+
+from ..channels import Sender
 
 
 class Superseded(Exception):
@@ -169,9 +170,11 @@ class LeasedEpochStore(EpochStore, Protocol):
         """Sessions with a record and no live owner."""
         ...
 
-    def released(self, ready: trio.Event | None = None) -> AsyncGenerator[str, None]:
-        """Sessions whose owner's lease ends, from now on (``ready`` is set once watching);
-        close it with ``contextlib.aclosing``."""
+    async def watch_released(
+        self, sessions: Sender[str], *, task_status: trio.TaskStatus[None] = ...
+    ) -> None:
+        """Send each session whose owner's lease ends to ``sessions`` until cancelled
+        (started once watching)."""
         ...
 
     async def revoke(self) -> None:
