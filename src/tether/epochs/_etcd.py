@@ -482,9 +482,9 @@ class EtcdEpochStore:
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Hold this host's lease until cancelled: grant it, then keep it alive every third of
-        its TTL; while keepalives fail, retry every sixth of it (at most a second), log the loss as soon as the TTL
-        has passed since the last confirmed one (``lease_held`` is then false), and grant a
-        new lease once etcd answers again.
+        its TTL. While keepalives fail, retry every sixth of it (at most a second), log the
+        loss as soon as the TTL has passed since the last confirmed one (``lease_held`` is
+        then false), and grant a new lease once etcd answers again.
 
         Raises:
             StoreUnavailable: from the first grant only (the host never had a lease).
