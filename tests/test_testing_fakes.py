@@ -4,6 +4,7 @@ exactly as to agentd, and ``agent_script`` children behave as asked under a ``Ch
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,16 @@ async def test_agent_scripts_stream_exit_ignore_sigint_and_daemonize(tmp_path: P
         stubborn = await group.spawn(agent_script(tmp_path, parts=10_000, ignore_sigint=True))
         escaper = await group.spawn(agent_script(tmp_path, parts=10_000, daemonize=True))
         await wait_until(lambda: len(group.members()) >= 3)  # the escaped sleep is counted
+        await wait_until(lambda: _ignores_sigint(stubborn.pid))  # not still starting up
         assert await stubborn.stop() == -15  # SIGINT ignored: the SIGTERM step ended it
     assert escaper.returncode is not None
     assert group.members() == set()
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether ``pid`` has set SIGINT to be ignored (the ``SigIgn`` mask of /proc)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
