@@ -316,7 +316,7 @@ class Agentd:
             session.reason = record.reason
             if record.host != self.host:
                 session.state = "elsewhere"
-                session.reason = f"host {record.host} wrote its record"
+                session.reason = session.last_event = f"host {record.host} wrote its record"
                 continue
             if record.pid is None or record.create_time is None or record.epoch is None:
                 continue
