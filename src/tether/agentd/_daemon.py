@@ -819,9 +819,6 @@ class Agentd:
         pid: int | None = -1,
         quiet: bool = True,
     ) -> None:
-        epoch = (
-            harness.epoch if harness is not None else (await self.store.current(session.name) or 0)
-        )
         keep = harness is not None and pid == -1
         record = SessionRecord(
             pid=harness.ref.pid if keep and harness else None,
@@ -833,6 +830,10 @@ class Agentd:
             host=self.host,
         )
         try:
+            if harness is not None:
+                epoch = harness.epoch
+            else:
+                epoch = await self.store.current(session.name) or 0
             await self.store.save(session.name, record, epoch=epoch)
         except (EpochSuperseded, OwnedElsewhere, StoreUnavailable) as exc:
             # A newer epoch, or another host, wrote it: theirs stands. An unreachable store
@@ -863,7 +864,9 @@ class Agentd:
         if isinstance(prompt, str):
             prompt = Prompt(uuid.uuid4().hex, prompt, {})
         if not self.confirmed():
-            raise DeliveryFailed(session.name, prompt.id, [f"not accepted: {self._lease_lost()}"])
+            error = DeliveryFailed(session.name, prompt.id, [f"not accepted: {self._lease_lost()}"])
+            self._emit(session, "delivery_failed", None, error.reason)
+            raise error
         try:
             await self.store.enqueue(
                 QueuedPrompt(session.name, prompt.id, prompt.text, prompt.meta)

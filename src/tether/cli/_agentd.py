@@ -119,7 +119,12 @@ def open_store(spec: str, *, host_id: str | None = None, lease_ttl: int = 10) ->
     """The store named on the command line: ``sqlite:PATH``, a plain path, or
     ``etcd://HOST:PORT,HOST:PORT[/PREFIX]`` (needs the ``tether[etcd]`` extra)."""
     if spec.startswith("etcd://"):
-        from ..epochs import EtcdEpochStore
+        try:
+            from ..epochs import EtcdEpochStore
+        except ImportError as exc:
+            raise SystemExit(
+                f"tether agentd: the etcd store needs: pip install 'tether[etcd]' ({exc})"
+            ) from None
 
         hosts, slash, prefix = spec.removeprefix("etcd://").partition("/")
         return EtcdEpochStore(
