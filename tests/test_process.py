@@ -241,6 +241,27 @@ async def test_twins_get_sigint_and_are_gone_before_the_new_child_starts(
         twin.wait()
 
 
+def test_twins_are_looked_for_on_one_host_only() -> None:
+    """Daemons acting as hosts a and b on one machine: each host's twins are its own."""
+    session = unique_session()
+    procs = {
+        host: subprocess.Popen(
+            ["sleep", "1000"],
+            env=dict(os.environ, TETHER_SESSION=session, TETHER_EPOCH="1", TETHER_HOST=host),
+        )
+        for host in ("a", "b")
+    }
+    try:
+        for host, proc in procs.items():
+            assert [ref.pid for ref in tether.find_twins(session, host=host)] == [proc.pid]
+        assert tether.find_twins(session) == [], "this process has no host mark"
+        assert tether.find_twins(session, host=None) == []
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
 async def test_spawn_errors_name_the_program_and_errno(tmp_path: Path) -> None:
     script = tmp_path / "not-executable"
     script.write_text("#!/bin/sh\n")
