@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -54,6 +55,19 @@ def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One three-member etcd cluster on loopback for the whole run (started on first use,
     stopped by pid at the end); tests keep apart by key prefix."""
     cluster = Cluster(require(), tmp_path_factory.mktemp("etcd"))
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def own_etcd_cluster(tmp_path: Path, no_process_leaks: None) -> Iterator[Cluster]:
+    """A three-member cluster of the test's own, for tests that kill members; stopped before
+    the leak guard looks (members the test restarted are not leaks)."""
+    cluster = Cluster(require(), tmp_path / "etcd")
+    cluster.directory.mkdir()
     try:
         cluster.start_all()
         yield cluster

@@ -22,7 +22,7 @@ import trio
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from etcd_cluster import Cluster, free_ports, require
+from etcd_cluster import Cluster, free_ports
 from helpers import kill_marked, marked, reap_zombie_children, unique_session, wait_until
 from tether import Agentd, DeliveryFailed
 from tether.epochs import EtcdEpochStore, QueuedPrompt
@@ -181,30 +181,19 @@ async def test_a_lost_host_is_taken_over_and_its_harness_superseded_when_it_retu
         kill_marked(session)
 
 
-@pytest.fixture
-def own_cluster(tmp_path: Path, no_process_leaks: None) -> Iterator[Cluster]:
-    cluster = Cluster(require(), tmp_path / "etcd")
-    cluster.directory.mkdir()
-    try:
-        cluster.start_all()
-        yield cluster
-    finally:
-        cluster.stop()
-
-
 async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
-    tmp_path: Path, own_cluster: Cluster, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, own_etcd_cluster: Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     tmp_path.chmod(0o700)
     session = unique_session()
-    store = EtcdEpochStore(own_cluster.endpoints, host_id="solo", lease_ttl=TTL, timeout=1.0)
+    store = EtcdEpochStore(own_etcd_cluster.endpoints, host_id="solo", lease_ttl=TTL, timeout=1.0)
     agentd = Agentd(store, tmp_path / "agentd.sock", EXAMPLE, heartbeat=0.2, grace=0.3)
     try:
         async with agentd.running(stop_harnesses=True):
             attached = await agentd.start_agent(session)
             assert [row.state for row in agentd.status()] == ["attached"]
-            await trio.to_thread.run_sync(own_cluster.kill, "m0")
-            await trio.to_thread.run_sync(own_cluster.kill, "m1")
+            await trio.to_thread.run_sync(own_etcd_cluster.kill, "m0")
+            await trio.to_thread.run_sync(own_etcd_cluster.kill, "m1")
             with trio.fail_after(TTL + 1):
                 while agentd.confirmed():
                     await trio.sleep(0.05)
@@ -220,9 +209,9 @@ async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
             await wait_until(lambda: any(e.kind == "exited" for e in _events(tmp_path, session)))
             await wait_until(lambda: "record not saved: epoch store at" in caplog.text)
             assert [row.state for row in agentd.status()] == ["unconfirmed"]
-            own_cluster.start("m0")
-            own_cluster.start("m1")
-            await trio.to_thread.run_sync(own_cluster.wait_healthy, own_cluster.names)
+            own_etcd_cluster.start("m0")
+            own_etcd_cluster.start("m1")
+            await trio.to_thread.run_sync(own_etcd_cluster.wait_healthy, own_etcd_cluster.names)
             with trio.fail_after(20):
                 while not agentd.confirmed():
                     await trio.sleep(0.1)

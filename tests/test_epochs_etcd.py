@@ -6,13 +6,11 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
 
-from etcd_cluster import Cluster, require
+from etcd_cluster import Cluster
 from tether import channel
 from tether.epochs import (
     EtcdEpochStore,
@@ -30,19 +28,6 @@ def _store(cluster: Cluster, host: str, prefix: str, **kwargs: float) -> EtcdEpo
 @pytest.fixture
 def prefix() -> str:
     return f"/test-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def own_cluster(tmp_path: Path, no_process_leaks: None) -> Iterator[Cluster]:
-    """A cluster of this test's own, for tests that kill members; stopped before the leak
-    guard looks (members restarted by the test are not leaks)."""
-    cluster = Cluster(require(), tmp_path / "etcd")
-    cluster.directory.mkdir()
-    try:
-        cluster.start_all()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 async def test_a_live_owner_keeps_other_hosts_from_bumping(
@@ -122,15 +107,15 @@ async def test_unreachable_endpoints_fail_fast_naming_them() -> None:
 
 
 async def test_one_member_down_bumps_go_on_two_down_fail_within_the_bound(
-    own_cluster: Cluster, prefix: str, caplog: pytest.LogCaptureFixture
+    own_etcd_cluster: Cluster, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = _store(own_cluster, "a", prefix, lease_ttl=3, timeout=2.0)
+    store = _store(own_etcd_cluster, "a", prefix, lease_ttl=3, timeout=2.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(store.keep_alive)
         assert await store.bump("s") == 1
-        await trio.to_thread.run_sync(own_cluster.kill, "m0")  # the first endpoint
+        await trio.to_thread.run_sync(own_etcd_cluster.kill, "m0")  # the first endpoint
         assert [await store.bump("s") for _ in range(3)] == [2, 3, 4]
-        await trio.to_thread.run_sync(own_cluster.kill, "m1")
+        await trio.to_thread.run_sync(own_etcd_cluster.kill, "m1")
         for operation in (store.bump("s"), store.current("s")):
             started = trio.current_time()
             with pytest.raises(StoreUnavailable):
@@ -142,9 +127,9 @@ async def test_one_member_down_bumps_go_on_two_down_fail_within_the_bound(
         with trio.fail_after(3):
             while "host a lost its lease" not in caplog.text:
                 await trio.sleep(0.05)
-        own_cluster.start("m0")
-        own_cluster.start("m1")
-        await trio.to_thread.run_sync(own_cluster.wait_healthy, own_cluster.names)
+        own_etcd_cluster.start("m0")
+        own_etcd_cluster.start("m1")
+        await trio.to_thread.run_sync(own_etcd_cluster.wait_healthy, own_etcd_cluster.names)
         with trio.fail_after(20):
             while not store.lease_held():
                 await trio.sleep(0.1)

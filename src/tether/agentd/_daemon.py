@@ -91,6 +91,9 @@ from ._outcomes import (
 
 logger = logging.getLogger("tether.agentd")
 
+_REFUSED = (SessionFailed, StartFailed, Unconfirmed, OwnedElsewhere, StoreUnavailable, SpawnError)
+"""Why ``start_agent`` can refuse: each names the session and the reason."""
+
 _SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -443,14 +446,7 @@ class Agentd:
             for queued in await self.store.pending():
                 if queued.session == name:  # prompts follow the session to its new host
                     self._spawn_task(self._redeliver, queued, name=f"redeliver {queued.id}")
-        except (
-            SessionFailed,
-            StartFailed,
-            Unconfirmed,
-            OwnedElsewhere,
-            StoreUnavailable,
-            SpawnError,
-        ) as exc:
+        except _REFUSED as exc:
             logger.warning("session %s: not taken over: %s", name, exc)
 
     # -- connections ------------------------------------------------------------------------
@@ -1010,16 +1006,7 @@ class Agentd:
     async def _control(self, connection: Connection, request: Control) -> None:
         try:
             result = await self._run_control(request)
-        except (
-            DeliveryFailed,
-            SessionFailed,
-            StartFailed,
-            Unconfirmed,
-            OwnedElsewhere,
-            StoreUnavailable,
-            SpawnError,
-            ValueError,
-        ) as exc:
+        except (*_REFUSED, DeliveryFailed, ValueError) as exc:
             await connection.send(Error(str(exc)))
             return
         await connection.send(Reply(result))
