@@ -114,6 +114,12 @@ class Cluster:
                 raise TimeoutError(f"etcd members {names} not healthy within {deadline}s")
             time.sleep(0.05)
 
+    def revive(self, *names: str) -> None:
+        """Start killed members again on their data and wait until every member is healthy."""
+        for name in names:
+            self.start(name)
+        self.wait_healthy(self.names)
+
     def kill(self, name: str) -> None:
         """SIGKILL one member and reap it."""
         proc = self.procs.pop(name)

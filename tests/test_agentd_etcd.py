@@ -209,12 +209,8 @@ async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
             await wait_until(lambda: any(e.kind == "exited" for e in _events(tmp_path, session)))
             await wait_until(lambda: "record not saved: epoch store at" in caplog.text)
             assert [row.state for row in agentd.status()] == ["unconfirmed"]
-            own_etcd_cluster.start("m0")
-            own_etcd_cluster.start("m1")
-            await trio.to_thread.run_sync(own_etcd_cluster.wait_healthy, own_etcd_cluster.names)
-            with trio.fail_after(20):
-                while not agentd.confirmed():
-                    await trio.sleep(0.1)
+            await trio.to_thread.run_sync(own_etcd_cluster.revive, "m0", "m1")
+            await wait_until(lambda: agentd.confirmed(), timeout=20)
             delivered = await agentd.deliver(session, "after")
             assert delivered.epoch > attached.epoch, "a fresh harness after the dead one"
     finally:

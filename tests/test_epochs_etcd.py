@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from etcd_cluster import Cluster
+from helpers import wait_until
 from tether import channel
 from tether.epochs import (
     EtcdEpochStore,
@@ -127,12 +128,8 @@ async def test_one_member_down_bumps_go_on_two_down_fail_within_the_bound(
         with trio.fail_after(3):
             while "host a lost its lease" not in caplog.text:
                 await trio.sleep(0.05)
-        own_etcd_cluster.start("m0")
-        own_etcd_cluster.start("m1")
-        await trio.to_thread.run_sync(own_etcd_cluster.wait_healthy, own_etcd_cluster.names)
-        with trio.fail_after(20):
-            while not store.lease_held():
-                await trio.sleep(0.1)
+        await trio.to_thread.run_sync(own_etcd_cluster.revive, "m0", "m1")
+        await wait_until(lambda: store.lease_held(), timeout=20)
         assert await store.owner("s") == "a", "the session was not hung on the new lease"
         # The refused bump may still commit once quorum returns (etcd kept it in its log):
         # StoreUnavailable promises nothing about the effect, only that epochs keep growing.
