@@ -179,3 +179,22 @@ async def test_a_host_that_slept_past_its_ttl_knows_its_lease_is_gone(
         nursery.cancel_scope.cancel()
     await store.revoke()
     await store.aclose()
+
+
+async def test_six_hundred_concurrent_calls_wait_their_turn_instead_of_failing(
+    etcd_cluster: Cluster, prefix: str
+) -> None:
+    """More calls than connections: each waits for a turn (within its bound, here 10 s for a
+    slow machine) instead of timing out while queued in httpx's pool."""
+    store = _store(etcd_cluster, "a", prefix, timeout=10.0)
+    epochs: dict[str, int] = {}
+
+    async def bump(name: str) -> None:
+        epochs[name] = await store.bump(name)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(600):
+            nursery.start_soon(bump, f"s{i}")
+    assert sorted(epochs.values()) == [1] * 600
+    await store.revoke()
+    await store.aclose()

@@ -37,6 +37,9 @@ logger = logging.getLogger("tether.epochs")
 
 _RETRYABLE = {4, 14}
 """gRPC codes worth another endpoint: deadline exceeded, unavailable (no leader, a restart)."""
+_CONCURRENCY = 32
+"""Calls in flight per store: more wait for a turn (within their bound) rather than queue in
+httpx's pool, where the per-attempt timer would run while nothing is sent."""
 _WIDTH = 20
 """Epochs are stored zero-padded so that etcd's byte-wise value comparison is numeric."""
 
@@ -143,6 +146,7 @@ class EtcdEpochStore:
         self._lease: int | None = None
         self._lease_until = -math.inf
         self._lease_lock = trio.Lock()
+        self._limiter = trio.CapacityLimiter(_CONCURRENCY)
         self._owned: dict[str, int] = {}
         self._last: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
         self._lost_logged = False
@@ -160,9 +164,10 @@ class EtcdEpochStore:
         """POST ``body`` to the first endpoint that answers, starting with the last good one,
         within ``bound`` seconds (default: the store's ``timeout``).
 
-        Each attempt gets a third of the bound, so a member that hangs (it lost its leader,
-        or forwards to a dead one) costs one attempt, not the whole call; rounds over the
-        endpoints repeat until the bound unless every endpoint refused the connection.
+        At most ``_CONCURRENCY`` calls are in flight; the others wait their turn within their
+        bound. Each attempt gets a third of the bound, so a member that hangs (it lost its
+        leader, or forwards to a dead one) costs one attempt, not the whole call; rounds over
+        the endpoints repeat until the bound unless every endpoint refused the connection.
         Retrying is safe for every call tether makes: writes are compare-and-swap or
         create-if-absent, and a duplicated lease grant expires unused.
         """
@@ -172,6 +177,21 @@ class EtcdEpochStore:
                 timeout=httpx.Timeout(self.timeout, connect=min(1.0, self.timeout))
             )
         deadline = trio.current_time() + bound
+        with trio.move_on_at(deadline) as waiting:
+            await self._limiter.acquire()
+        if waiting.cancelled_caught:
+            raise StoreUnavailable(
+                self._where(), f"no free connection within {bound:g}s ({_CONCURRENCY} calls busy)"
+            )
+        try:
+            return await self._attempts(path, body, bound, deadline)
+        finally:
+            self._limiter.release()
+
+    async def _attempts(
+        self, path: str, body: dict[str, Any], bound: float, deadline: float
+    ) -> dict[str, Any]:
+        assert self._client is not None
         errors: dict[str, str] = {}
         while True:
             refused = 0
