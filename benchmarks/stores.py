@@ -53,7 +53,7 @@ def row(name: str, lat: list[float], floor: list[float]) -> str:
 
 async def main(workdir: Path, cluster: Cluster) -> None:
     print(f"## Epoch bumps, {N} sequential, one session\n")
-    print("| store | bumps/s | p50 | p99 | competitor p50 | tether / competitor |")
+    print("| store | bumps per second | p50 | p99 | competitor p50 | tether / competitor |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     async with SqliteEpochStore(workdir / "e.sqlite3") as store:
         sqlite_lat = await timed(N, lambda i: store.bump("s"))

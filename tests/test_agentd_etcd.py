@@ -194,9 +194,7 @@ async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
             assert [row.state for row in agentd.status()] == ["attached"]
             await trio.to_thread.run_sync(own_etcd_cluster.kill, "m0")
             await trio.to_thread.run_sync(own_etcd_cluster.kill, "m1")
-            with trio.fail_after(TTL + 1):
-                while agentd.confirmed():
-                    await trio.sleep(0.05)
+            await wait_until(lambda: not agentd.confirmed(), timeout=TTL + 1)
             assert [row.state for row in agentd.status()] == ["unconfirmed"]
             started = trio.current_time()
             with pytest.raises(DeliveryFailed, match="host solo lost its lease"):
@@ -210,7 +208,7 @@ async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
             await wait_until(lambda: "record not saved: epoch store at" in caplog.text)
             assert [row.state for row in agentd.status()] == ["unconfirmed"]
             await trio.to_thread.run_sync(own_etcd_cluster.revive, "m0", "m1")
-            await wait_until(lambda: agentd.confirmed(), timeout=20)
+            await wait_until(agentd.confirmed, timeout=20)
             delivered = await agentd.deliver(session, "after")
             assert delivered.epoch > attached.epoch, "a fresh harness after the dead one"
     finally:
@@ -307,15 +305,11 @@ async def test_a_host_cut_off_from_etcd_stops_first_and_is_superseded_when_back(
             async with a.running(stop_harnesses=True), b.running(stop_harnesses=True):
                 first = await a.start_agent(session)
                 proxy.cut()
-                with trio.fail_after(TTL + 1):
-                    while a.confirmed():
-                        await trio.sleep(0.05)
+                await wait_until(lambda: not a.confirmed(), timeout=TTL + 1)
                 with pytest.raises(DeliveryFailed, match="host a lost its lease"):
                     await a.deliver(session, "refused while cut off")
                 assert [row.state for row in a.status()] == ["unconfirmed"]
-                with trio.fail_after(TTL + 5):
-                    while session not in b.attached():
-                        await trio.sleep(0.05)
+                await wait_until(lambda: session in b.attached(), timeout=TTL + 5)
                 taken = await b.deliver(session, "on host b")
                 assert taken.epoch > first.epoch
                 assert psutil.pid_exists(first.pid), "host a kept its harness while cut off"

@@ -122,14 +122,11 @@ async def test_one_member_down_bumps_go_on_two_down_fail_within_the_bound(
             with pytest.raises(StoreUnavailable):
                 await operation
             assert trio.current_time() - started < 2.5, "an operation outlived its bound"
-        with caplog.at_level(logging.ERROR, "tether.epochs"), trio.fail_after(3 + 2):
-            while store.lease_held():
-                await trio.sleep(0.05)
-        with trio.fail_after(3):
-            while "host a lost its lease" not in caplog.text:
-                await trio.sleep(0.05)
+        with caplog.at_level(logging.ERROR, "tether.epochs"):
+            await wait_until(lambda: not store.lease_held(), timeout=3 + 2)
+        await wait_until(lambda: "host a lost its lease" in caplog.text, timeout=3)
         await trio.to_thread.run_sync(own_etcd_cluster.revive, "m0", "m1")
-        await wait_until(lambda: store.lease_held(), timeout=20)
+        await wait_until(store.lease_held, timeout=20)
         assert await store.owner("s") == "a", "the session was not hung on the new lease"
         # The refused bump may still commit once quorum returns (etcd kept it in its log):
         # StoreUnavailable promises nothing about the effect, only that epochs keep growing.
@@ -173,9 +170,8 @@ async def test_a_host_that_slept_past_its_ttl_knows_its_lease_is_gone(
         real = _util.boottime
         monkeypatch.setattr(_util, "boottime", lambda: real() + 4)
         assert not store.lease_held(), "a sleep longer than the TTL went unnoticed"
-        with trio.fail_after(3):  # the next keepalive finds the lease (etcd never slept)
-            while not store.lease_held():
-                await trio.sleep(0.05)
+        # The next keepalive finds the lease alive (etcd never slept).
+        await wait_until(store.lease_held, timeout=3)
         nursery.cancel_scope.cancel()
     await store.revoke()
     await store.aclose()
