@@ -91,19 +91,19 @@ def never_two_attached(rows: list[dict[str, Any]], deaths: dict[str, float]) -> 
     """Across hosts, in time order: an ``attached`` (or a ``confirmed`` after a lost lease)
     while another harness of the session is still attached fails; a harness stops being
     attached when its daemon says so (``unconfirmed`` included) or dies."""
-    attached: dict[tuple[str, int], float] = {}
+    attached: set[tuple[str, int]] = set()
     timeline = sorted(
         [(row["at"], row["host"], row["kind"], row["pid"]) for row in rows]
-        + [(at, host, "daemon_killed", None) for host, at in deaths.items()]
+        + [(at, host, "daemon_killed", 0) for host, at in deaths.items()]
     )
     for _, host, kind, pid in timeline:
         if kind in ("attached", "confirmed"):
-            assert not [k for k in attached if k != (host, pid)], f"{host} {pid} with {attached}"
-            attached[(host, pid)] = 0.0
+            assert attached <= {(host, pid)}, f"{host} pid {pid} attached while {attached} were"
+            attached.add((host, pid))
         elif kind in ("detached", "phantom", "superseded", "exited", "stopped", "unconfirmed"):
-            attached.pop((host, pid), None)
+            attached.discard((host, pid))
         elif kind == "daemon_killed":
-            attached = {k: v for k, v in attached.items() if k[0] != host}
+            attached = {k for k in attached if k[0] != host}
 
 
 @pytest.fixture
@@ -447,3 +447,18 @@ async def test_random_host_lives_never_attach_two_harnesses(
             kill_marked(session)
             await wait_until(lambda: marked(session) == [])
             await wait_until(reap_zombie_children)
+
+
+def test_the_attachment_check_catches_two_harnesses_at_once() -> None:
+    def row(at: float, host: str, kind: str, pid: int) -> dict[str, Any]:
+        return {"at": at, "host": host, "kind": kind, "pid": pid}
+
+    handover = [row(1, "a", "attached", 10), row(2, "a", "unconfirmed", 10)]
+    never_two_attached([*handover, row(3, "b", "attached", 20)], {})
+    never_two_attached([row(1, "a", "attached", 10), row(3, "b", "attached", 20)], {"a": 2})
+    with pytest.raises(AssertionError, match="b pid 20 attached while"):
+        never_two_attached([row(1, "a", "attached", 10), row(3, "b", "attached", 20)], {})
+    with pytest.raises(AssertionError, match="a pid 10 attached while"):
+        never_two_attached(
+            [*handover, row(3, "b", "attached", 20), row(4, "a", "confirmed", 10)], {}
+        )
