@@ -242,8 +242,10 @@ class EtcdEpochStore:
                 raise ValueError(f"{kind} name {part!r}: must be non-empty without '/'")
         return self.prefix + "/".join((kind, *parts))
 
-    async def _range(self, key: str, *, prefix: bool = False) -> list[dict[str, Any]]:
-        body: dict[str, Any] = {"key": _b64(key)}
+    async def _range(
+        self, key: str, *, prefix: bool = False, keys_only: bool = False
+    ) -> list[dict[str, Any]]:
+        body: dict[str, Any] = {"key": _b64(key), "keys_only": keys_only}
         if prefix:
             body["range_end"] = _prefix_end(key)
         return list((await self._call("/v3/kv/range", body)).get("kvs") or [])
@@ -373,7 +375,7 @@ class EtcdEpochStore:
     async def sessions(self) -> list[str]:
         """Every session with a saved record, sorted."""
         start = self._dir("record")
-        kvs = await self._range(start, prefix=True)
+        kvs = await self._range(start, prefix=True, keys_only=True)
         return sorted(_unb64(kv["key"])[len(start) :] for kv in kvs)
 
     # -- the outbox -------------------------------------------------------------------------
@@ -623,7 +625,8 @@ class EtcdEpochStore:
     async def orphaned(self) -> list[str]:
         """Sessions with a record and no live owner (their host's lease ended)."""
         start = self._dir("owner")
-        owners = {_unb64(kv["key"])[len(start) :] for kv in await self._range(start, prefix=True)}
+        kvs = await self._range(start, prefix=True, keys_only=True)
+        owners = {_unb64(kv["key"])[len(start) :] for kv in kvs}
         return [session for session in await self.sessions() if session not in owners]
 
     async def revoke(self) -> None:
