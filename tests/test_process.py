@@ -26,6 +26,7 @@ from helpers import (
     zombie_children,
 )
 from tether import ChildGroup, ProcessRef, SpawnError
+from tether.process._table import marks
 
 GRACE = 0.2
 
@@ -258,6 +259,27 @@ def test_twins_are_looked_for_on_one_host_only() -> None:
         assert tether.find_twins(session, host=None) == []
     finally:
         for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
+def test_a_twin_is_found_the_moment_its_spawn_returns() -> None:
+    """``Popen`` returns before the kernel lays out the child's environment (about a third of
+    spawns here read it empty at first); the scan waits for it instead of missing the twin.
+
+    ``find_twins`` reads every other process first, which mostly hides the window, so the
+    per-process read it uses is asserted directly as well.
+    """
+    session = unique_session()
+    env = dict(os.environ, TETHER_SESSION=session, TETHER_EPOCH="1")
+    for _ in range(40):
+        proc = subprocess.Popen(["sleep", "1000"], env=env)
+        try:
+            mark = marks(proc.pid)
+            assert mark is not None
+            assert mark.session == session
+            assert [ref.pid for ref in tether.find_twins(session, host=None)] == [proc.pid]
+        finally:
             proc.kill()
             proc.wait()
 

@@ -36,13 +36,9 @@ class Stat:
 
 def read_stat(pid: int) -> Stat | None:
     """``/proc/PID/stat`` of ``pid``, or ``None`` if it does not exist (or not on Linux)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return None
-    # The command name may contain spaces and parentheses: split after the last ")".
-    fields = raw[raw.rindex(b")") + 2 :].split()
     return Stat(
         state=fields[0].decode(),
         ppid=int(fields[1]),
@@ -50,6 +46,36 @@ def read_stat(pid: int) -> Stat | None:
         session=int(fields[3]),
         start=int(fields[19]),
     )
+
+
+_PF_KTHREAD = 0x00200000
+
+
+def user_process(pid: int) -> bool:
+    """Whether ``pid`` is a live process running a program (not a zombie, not a kernel
+    thread): one whose environment can be read."""
+    stat = _stat_fields(pid)
+    return stat is not None and stat[0] != b"Z" and not int(stat[6]) & _PF_KTHREAD
+
+
+def has_arguments(pid: int) -> bool:
+    """Whether ``/proc/PID/cmdline`` reads anything: inside ``execve``, the new image's
+    arguments are laid out just before its environment."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return bool(f.read(1))
+    except OSError:
+        return False
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: split after the last ")".
+    return raw[raw.rindex(b")") + 2 :].split()
 
 
 def pidfd_open(pid: int) -> int | None:

@@ -7,12 +7,13 @@ call), so a teardown of hundreds of processes stays cheap.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 
 import attrs
 import psutil
 
-from ._proc import Stat, read_stat
+from ._proc import Stat, has_arguments, read_stat, user_process
 from ._ref import ProcessRef
 
 SESSION_VAR = "TETHER_SESSION"
@@ -74,8 +75,7 @@ class Mark:
 def marks(pid: int) -> Mark | None:
     """The tether marks in the environment ``pid`` started with, if it has a session mark."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
+        raw = _read_environ(pid)
         env = dict(
             entry.decode(errors="replace").partition("=")[::2]
             for entry in raw.split(b"\0")
@@ -92,6 +92,37 @@ def marks(pid: int) -> Mark | None:
     if session is None:
         return None
     return Mark(session, env.get(EPOCH_VAR, ""), env.get(GROUP_VAR), env.get(HOST_VAR))
+
+
+_EXEC_WAIT = 0.2
+_ARGS_GRACE = 0.002
+
+
+def _read_environ(pid: int) -> bytes:
+    """``/proc/PID/environ``, waiting for a process caught inside ``execve`` to get its new
+    environment, so a twin spawned a moment ago is seen.
+
+    ``Popen`` returns once the close-on-exec pipe closes, before the kernel lays out the new
+    image's arguments and environment; until then both read empty. The wait ends after
+    ``_EXEC_WAIT`` seconds, or ``_ARGS_GRACE`` once the arguments are there (a program
+    started with an empty environment costs a scan that much).
+    """
+    raw = _environ_once(pid)
+    if raw or not user_process(pid):
+        return raw
+    started = time.monotonic()
+    while not raw:
+        waited = time.monotonic() - started
+        if waited > _EXEC_WAIT or (waited > _ARGS_GRACE and has_arguments(pid)):
+            break
+        time.sleep(0.0002)
+        raw = _environ_once(pid)
+    return raw
+
+
+def _environ_once(pid: int) -> bytes:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return f.read()
 
 
 def refs(pids: Iterable[int]) -> set[ProcessRef]:
