@@ -12,6 +12,8 @@ from collections.abc import Callable
 import psutil
 import trio
 
+from tether.process._table import marks
+
 # A three-level tree with every way of escaping: writes "ready" to argv[1] once all 5 sleepers run.
 TREE = """
     import os, signal, subprocess, sys
@@ -79,12 +81,17 @@ async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) ->
 
 
 def marked(session: str) -> list[psutil.Process]:
-    """Every process on the machine whose environment carries ``TETHER_SESSION=session``."""
+    """Every process on the machine whose environment carries ``TETHER_SESSION=session``.
+
+    Read the way ``find_twins`` reads it, so a process caught inside ``execve`` is not missed.
+    """
     found = []
-    for process in psutil.process_iter():
+    for pid in psutil.pids():
+        mark = marks(pid)
+        if mark is None or mark.session != session:
+            continue
         try:
-            if process.environ().get("TETHER_SESSION") == session:
-                found.append(process)
+            found.append(psutil.Process(pid))
         except psutil.Error:
             continue
     return found

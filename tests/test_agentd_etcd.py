@@ -344,12 +344,10 @@ async def test_a_host_cut_off_from_etcd_stops_first_and_is_superseded_when_back(
 def host_harnesses(session: str, host: str) -> list[psutil.Process]:
     """Live example harnesses of ``session`` started by the daemon of ``host``."""
     found = []
-    for process in psutil.process_iter():
+    for process in marked(session):
         try:
-            env = process.environ()
             if (
-                env.get("TETHER_SESSION") == session
-                and env.get("TETHER_HOST") == host
+                process.environ().get("TETHER_HOST") == host
                 and "tether.harness.example" in process.cmdline()
                 and process.status() != psutil.STATUS_ZOMBIE
             ):
