@@ -399,20 +399,20 @@ async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> 
     log); epochs only grow, strictly on every spawn; every deliver ends within its bound."""
     sessions = [unique_session(), unique_session()]
     epochs = dict.fromkeys(sessions, 0)
-    bound = 3 * (2 * PATIENCE + 2 * GRACE + 1 + 2.0)
+    bound = 3 * (2 * PATIENCE + 2 * GRACE + 1 + 5.0)  # start_timeout: make_agentd's 5 s
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         directory.chmod(0o700)
         try:
             async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
                 async with contextlib.AsyncExitStack() as daemon:
-                    agentd = make_agentd(store, directory, start_timeout=2.0)
+                    agentd = make_agentd(store, directory)
                     await daemon.enter_async_context(agentd.running())
                     for op, index in ops:
                         session = sessions[index]
                         if op == "restart":
                             await daemon.aclose()
-                            agentd = make_agentd(store, directory, start_timeout=2.0)
+                            agentd = make_agentd(store, directory)
                             await daemon.enter_async_context(agentd.running())
                         elif op == "start":
                             attached = await agentd.start_agent(session)
