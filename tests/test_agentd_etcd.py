@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from etcd_cluster import Cluster, free_ports
 from helpers import kill_marked, marked, reap_zombie_children, unique_session, wait_until
-from tether import Agentd, DeliveryFailed
-from tether.epochs import EtcdEpochStore, QueuedPrompt
+from tether import Agentd, DeliveryFailed, Sender
+from tether.epochs import EtcdEpochStore, QueuedPrompt, SessionRecord
 
 TETHER = [sys.executable, "-m", "tether"]
 TTL = 2
@@ -214,6 +214,69 @@ async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
     finally:
         await store.aclose()
         kill_marked(session)
+
+
+class DeafStore(EtcdEpochStore):
+    """An etcd store whose ownership watch hangs (a member that stops answering but keeps the
+    stream open): it reports nothing. Counts the orphan scans."""
+
+    scans = 0
+
+    async def watch_released(
+        self,
+        sessions: Sender[str],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with sessions:
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def orphaned(self) -> list[str]:
+        self.scans += 1
+        return await super().orphaned()
+
+
+async def test_an_adopting_daemon_rescans_for_orphans_when_its_watch_hangs(
+    tmp_path: Path, etcd_cluster: Cluster
+) -> None:
+    tmp_path.chmod(0o700)
+    prefix = f"/test-{uuid.uuid4().hex}"
+    live, stopped = unique_session(), unique_session()
+    a_store = EtcdEpochStore(etcd_cluster.endpoints, prefix=prefix, host_id="a", lease_ttl=TTL)
+    b_store = DeafStore(etcd_cluster.endpoints, prefix=prefix, host_id="b", lease_ttl=TTL)
+    b = Agentd(b_store, tmp_path / "b.sock", EXAMPLE, heartbeat=0.2, grace=0.3, adopt=True)
+    try:
+        async with trio.open_nursery() as nursery:
+            host_a = trio.CancelScope()
+
+            async def hold_lease(task_status: trio.TaskStatus[None]) -> None:
+                with host_a:
+                    await a_store.keep_alive(task_status=task_status)
+
+            await nursery.start(hold_lease)
+            first = await a_store.bump(live)
+            await a_store.save(live, SessionRecord(state="running"), epoch=first)
+            done = await a_store.bump(stopped)
+            await a_store.save(stopped, SessionRecord(state="stopped"), epoch=done)
+            async with b.running(stop_harnesses=True):
+                await wait_until(lambda: b_store.scans >= 2, timeout=2 * TTL + 2)
+                assert b.attached() == {}, "host b took a session host a's live lease owns"
+                host_a.cancel()
+                await a_store.revoke()  # host a is gone; b's watch reports nothing
+                await wait_until(lambda: live in b.attached(), timeout=TTL + 5)
+                delivered = await b.deliver(live, "after the rescan")
+                assert delivered.epoch > first
+                scans = b_store.scans
+                await wait_until(lambda: b_store.scans >= scans + 1, timeout=TTL + 2)
+                assert stopped not in b.attached(), "a stopped session was started"
+        kinds = [e.kind for e in _events(tmp_path, live)]
+        assert kinds.count("takeover") == 1, kinds
+        assert _events(tmp_path, stopped) == []
+    finally:
+        await a_store.aclose()
+        await b_store.aclose()
+        kill_marked(live)
 
 
 def _events(directory: Path, session: str) -> list[Any]:

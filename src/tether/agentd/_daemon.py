@@ -154,7 +154,8 @@ class Agentd:
             answers for (what ``tether agentd`` does; leave it off when embedding the daemon
             in a process whose other children are waited for elsewhere).
         adopt: on a ``LeasedEpochStore``, take over every session whose owner's lease ends
-            (and those with no owner at start), instead of only when asked for one.
+            (and those found without an owner at start and every ``lease_ttl``), instead of
+            only when asked for one.
     """
 
     def __init__(
@@ -199,6 +200,8 @@ class Agentd:
         self._was_confirmed = True
         self.events = EventLog(None)
         self._sessions: dict[str, _Session] = {}
+        self._taking: set[str] = set()
+        self._settled: set[str] = set()
         self._nursery: trio.Nursery | None = None
 
     def __repr__(self) -> str:
@@ -396,7 +399,9 @@ class Agentd:
     async def _take_over_released(
         self, store: LeasedEpochStore, *, task_status: trio.TaskStatus[None]
     ) -> None:
-        """Take over each session whose owner's lease ends, and at start those without one."""
+        """Take over each session whose owner's lease ends, as the watch reports it, and every
+        ``lease_ttl`` those without an owner: a watch on a member that hangs, or one resumed
+        past a compaction, reports nothing, so the rescan bounds a takeover at two TTLs."""
         watching = trio.Event()
         async with trio.open_nursery() as nursery:
 
@@ -418,19 +423,32 @@ class Agentd:
             nursery.start_soon(watch, name="agentd ownership watch")
             with trio.move_on_after(self.start_timeout):
                 await watching.wait()
-            try:
-                for name in await store.orphaned():
-                    nursery.start_soon(self._take, name, "it had no live owner")
-            except StoreUnavailable as exc:
-                logger.warning("host %s: cannot list orphaned sessions: %s", self.host, exc)
+            await self._take_orphans(store, nursery)
             task_status.started()
+            while True:
+                await trio.sleep(store.lease_ttl)
+                if self.confirmed():
+                    await self._take_orphans(store, nursery)
+
+    async def _take_orphans(self, store: LeasedEpochStore, nursery: trio.Nursery) -> None:
+        try:
+            orphans = await store.orphaned()
+        except StoreUnavailable as exc:
+            logger.warning("host %s: cannot list orphaned sessions: %s", self.host, exc)
+            return
+        self._settled &= set(orphans)  # one that had an owner since is looked at anew
+        for name in orphans:
+            if name not in self._settled:
+                nursery.start_soon(self._take, name, "it had no live owner")
 
     async def _take(self, name: str, why: str) -> None:
-        if not _SESSION_NAME.fullmatch(name):
-            return
+        if not _SESSION_NAME.fullmatch(name) or name in self._taking:
+            return  # the watch and the rescan may both report it
+        self._taking.add(name)
         try:
             record = await self.store.record(name)
             if record is None or record.state in ("stopped", "failed"):
+                self._settled.add(name)  # not read again while it stays without an owner
                 return
             session = self._session(name)
             if session.harness is not None and not session.harness.exited.is_set():
@@ -448,6 +466,8 @@ class Agentd:
                     self._spawn_task(self._redeliver, queued, name=f"redeliver {queued.id}")
         except _REFUSED as exc:
             logger.warning("session %s: not taken over: %s", name, exc)
+        finally:
+            self._taking.discard(name)
 
     # -- connections ------------------------------------------------------------------------
 

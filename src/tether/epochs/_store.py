@@ -148,6 +148,8 @@ class LeasedEpochStore(EpochStore, Protocol):
     ``lease_held`` is false."""
 
     host_id: str
+    lease_ttl: int
+    """Seconds a host's lease outlives its last keepalive."""
 
     def lease_held(self) -> bool:
         """Whether this host's lease is known alive now."""
