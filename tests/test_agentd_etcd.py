@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -401,6 +402,44 @@ async def test_a_host_cut_off_from_etcd_stops_first_and_is_superseded_when_back(
     finally:
         await a_store.aclose()
         await b_store.aclose()
+        kill_marked(session)
+
+
+async def test_a_daemon_says_unconfirmed_the_moment_its_lease_runs_out(
+    tmp_path: Path, etcd_cluster: Cluster
+) -> None:
+    """The refusal starts when the lease would run out, not at the next heartbeat (3 s
+    here), and the ``unconfirmed`` event says so then: the event log shows the daemon
+    stopping before another host could take over."""
+    tmp_path.chmod(0o700)
+    session = unique_session()
+    proxy = Proxy(etcd_cluster.endpoints[0])
+    store = EtcdEpochStore([proxy.endpoint], host_id="a", lease_ttl=TTL, timeout=0.5)
+    agentd = Agentd(store, tmp_path / "a.sock", EXAMPLE, heartbeat=3.0, grace=0.3)
+    deadline = math.inf
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(proxy.serve)
+            async with agentd.running(stop_harnesses=True):
+                await agentd.start_agent(session)
+                with agentd.subscribe() as events:
+                    proxy.cut()
+                    # The last deadline seen before the lease reads lost (a keepalive in
+                    # flight at the cut may still have moved it).
+                    while (remaining := store.lease_remaining()) > 0:
+                        deadline = trio.current_time() + remaining
+                        await trio.sleep(0.005)
+                    with trio.fail_after(1):
+                        async for event in events:
+                            if event.kind == "unconfirmed":
+                                break
+                late = trio.current_time() - deadline
+                assert late < 0.1, f"unconfirmed {late:.3f}s after the lease ran out"
+                nursery.start_soon(proxy.serve)  # etcd again, so the stop can revoke
+                await wait_until(agentd.confirmed, timeout=TTL + 5)
+                nursery.cancel_scope.cancel()
+    finally:
+        await store.aclose()
         kill_marked(session)
 
 

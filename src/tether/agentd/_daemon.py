@@ -249,6 +249,8 @@ class Agentd:
                 await self._adopt_all()
                 await nursery.start(serve, self.socket_path, self._handle)
                 nursery.start_soon(self._watchdog, name="agentd watchdog")
+                if self._leased is not None:
+                    nursery.start_soon(self._watch_lease, self._leased, name="agentd lease")
                 if self.adopt and self._leased is not None:
                     await nursery.start(self._take_over_released, self._leased)
                 for queued in await self.store.pending():
@@ -362,6 +364,14 @@ class Agentd:
 
     def _lease_lost(self) -> str:
         return f"host {self.host} lost its lease on the store; its sessions are unconfirmed"
+
+    async def _watch_lease(self, store: LeasedEpochStore) -> None:
+        """Check the lease once a heartbeat, and the moment it would run out: the daemon
+        refuses work from then on, and its ``unconfirmed`` events carry that moment."""
+        while True:
+            remaining = store.lease_remaining()
+            await trio.sleep(min(self.heartbeat, remaining + 0.001 if remaining else math.inf))
+            self._check_lease()
 
     def _check_lease(self) -> None:
         """Say when the lease is lost; once it is held again, confirm each session whose epoch
@@ -577,7 +587,6 @@ class Agentd:
         """
         while True:
             await trio.sleep(self.heartbeat)
-            self._check_lease()
             now = trio.current_time()
             for session in list(self._sessions.values()):
                 harness = session.harness

@@ -444,7 +444,13 @@ class EtcdEpochStore:
         """Whether this host's lease is known alive: granted, and kept alive within its TTL,
         counted from when the last keepalive was sent on a clock that keeps counting while
         the host sleeps (a laptop that slept past its TTL knows its lease is gone)."""
-        return self._lease is not None and _util.boottime() < self._lease_until
+        return self.lease_remaining() > 0
+
+    def lease_remaining(self) -> float:
+        """Seconds ``lease_held`` stays true unless a keepalive is confirmed meanwhile."""
+        if self._lease is None:
+            return 0.0
+        return max(0.0, self._lease_until - _util.boottime())
 
     async def _ensure_lease(self) -> int:
         async with self._lease_lock:

@@ -155,6 +155,10 @@ class LeasedEpochStore(EpochStore, Protocol):
         """Whether this host's lease is known alive now."""
         ...
 
+    def lease_remaining(self) -> float:
+        """Seconds this host's lease is known alive for from now (0 once it is not)."""
+        ...
+
     async def keep_alive(self, *, task_status: trio.TaskStatus[None] = ...) -> None:
         """Hold the lease until cancelled (started once it is granted)."""
         ...
