@@ -36,8 +36,11 @@ EXAMPLE = [sys.executable, "-m", "tether.harness.example"]
 class Host:
     """One ``tether agentd`` process acting as host ``name``, in a directory of its own."""
 
-    def __init__(self, name: str, directory: Path, store: str, *extra: str) -> None:
+    def __init__(
+        self, name: str, directory: Path, store: str, *extra: str, host_id: str | None = None
+    ) -> None:
         self.name = name
+        self.host_id = host_id or name
         self.directory = directory
         self.store = store
         self.extra = extra
@@ -54,7 +57,7 @@ class Host:
             self.process = subprocess.Popen(
                 [
                     *TETHER, "agentd", "--socket", str(self.socket), "--store", self.store,
-                    "--host-id", self.name, "--lease-ttl", str(TTL), "--heartbeat", "0.2",
+                    "--host-id", self.host_id, "--lease-ttl", str(TTL), "--heartbeat", "0.2",
                     "--grace", "0.3", "--stop-harnesses", *self.extra,
                 ],
                 stdout=log,
@@ -179,6 +182,39 @@ async def test_a_lost_host_is_taken_over_and_its_harness_superseded_when_it_retu
     finally:
         await a.stop()
         await b.stop()
+        kill_marked(session)
+
+
+async def test_a_daemon_whose_host_id_another_takes_exits_78(
+    tmp_path: Path, etcd_cluster: Cluster
+) -> None:
+    """Two daemons given one ``--host-id``: the older stands down (exit 78, naming the id)
+    instead of both serving its sessions; the newer serves them."""
+    tmp_path.chmod(0o700)
+    store = f"etcd://{','.join(etcd_cluster.endpoints)}/test-{uuid.uuid4().hex}"
+    old, new = (Host(name, tmp_path / name, store, host_id="a") for name in ("old", "new"))
+    session = unique_session()
+    try:
+        await old.start()
+        sent = await old.tether("send", session, "before")
+        assert sent.returncode == 0, sent.stderr
+        await new.start()
+        assert old.process is not None
+        code = await trio.to_thread.run_sync(old.process.wait, TTL / 3 + 2 + 5)
+        assert code == 78
+        log = (old.directory / "agentd.log").read_text()
+        assert "agentd stands down" in log
+        assert "host id 'a' was taken by another daemon" in log
+        delivered = await new.tether("send", session, "after")
+        assert delivered.returncode == 0, delivered.stderr
+        assert json.loads(delivered.stdout)["epoch"] > json.loads(sent.stdout)["epoch"]
+    finally:
+        await old.stop()
+        await new.stop()
+        for host in (old, new):
+            if host.process is not None and host.process.poll() is None:
+                host.process.kill()
+                host.process.wait()
         kill_marked(session)
 
 

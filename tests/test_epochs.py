@@ -18,7 +18,7 @@ import trio
 from etcd_cluster import Cluster
 from helpers import python
 from tether import EpochStore, SessionRecord, SqliteEpochStore, Superseded
-from tether.epochs import QueuedPrompt
+from tether.epochs import HostIdInUse, OwnedElsewhere, QueuedPrompt, StoreUnavailable
 
 Opener = Callable[[], Any]
 """Opens another handle on the same store (a reopen, or another process's view)."""
@@ -87,6 +87,18 @@ def test_superseded_pickles_with_its_fields() -> None:
     error = pickle.loads(pickle.dumps(Superseded("s", 3, 4)))
     assert (error.session, error.epoch, error.current) == ("s", 3, 4)
     assert str(error) == "session 's': epoch 3 is superseded; the current epoch is 4"
+
+
+def test_store_errors_pickle_with_their_fields() -> None:
+    error = pickle.loads(pickle.dumps(HostIdInUse("http://e:2379", "a")))
+    assert isinstance(error, StoreUnavailable), "every caller that refuses work on it"
+    assert (error.endpoints, error.host) == ("http://e:2379", "a")
+    assert str(error) == (
+        "epoch store at http://e:2379: host id 'a' was taken by another daemon;"
+        " give each daemon its own host id"
+    )
+    moved = pickle.loads(pickle.dumps(OwnedElsewhere("s", "b")))
+    assert (moved.session, moved.host) == ("s", "b")
 
 
 def test_both_stores_are_epoch_stores(opener: Opener) -> None:

@@ -15,6 +15,7 @@ from helpers import wait_until
 from tether import channel
 from tether.epochs import (
     EtcdEpochStore,
+    HostIdInUse,
     LeasedEpochStore,
     OwnedElsewhere,
     SessionRecord,
@@ -155,6 +156,43 @@ async def test_a_restarted_daemon_claims_its_sessions_unless_taken_over(
     for store in (before, after, other):
         await store.revoke()
         await store.aclose()
+
+
+async def test_a_second_daemon_with_the_same_host_id_makes_the_first_stand_down(
+    etcd_cluster: Cluster, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The newer daemon wins (a restarted one must); the older one notices at its next
+    keepalive, loses its lease at once and refuses every call from then on."""
+    ttl = 2
+    first = _store(etcd_cluster, "dup", prefix, lease_ttl=ttl, timeout=1.0)
+    second = _store(etcd_cluster, "dup", prefix, lease_ttl=ttl, timeout=1.0)
+    stood_down: list[HostIdInUse] = []
+
+    async def hold(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await first.keep_alive(task_status=task_status)
+        except HostIdInUse as exc:
+            stood_down.append(exc)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(hold)
+            epoch = await first.bump("s")
+            await nursery.start(second.keep_alive)  # started with the same --host-id
+            await wait_until(lambda: bool(stood_down), timeout=ttl / 3 + 2 * first.timeout + 1)
+            assert stood_down[0].host == "dup"
+            assert not first.lease_held()
+            with pytest.raises(HostIdInUse, match="host id 'dup' was taken by another daemon"):
+                await first.bump("s")
+            assert await second.claim("s", epoch), "the newer daemon keeps the id's sessions"
+            assert await second.bump("s") == epoch + 1
+            assert second.lease_held()
+            nursery.cancel_scope.cancel()
+        assert "host dup: host id 'dup' was taken by another daemon" in caplog.text
+    finally:
+        for store in (first, second):
+            await store.revoke()
+            await store.aclose()
 
 
 async def test_a_host_that_slept_past_its_ttl_knows_its_lease_is_gone(

@@ -44,6 +44,7 @@ PUBLIC = {
         "EpochStore",
         "EtcdEpochStore",
         "LeasedEpochStore",
+        "HostIdInUse",
         "OwnedElsewhere",
         "StoreUnavailable",
         "QueuedPrompt",

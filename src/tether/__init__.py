@@ -31,6 +31,7 @@ from .channels import channel as channel
 from .channels import oneshot as oneshot
 from .channels import watch as watch
 from .epochs import EpochStore as EpochStore
+from .epochs import HostIdInUse as HostIdInUse
 from .epochs import LeasedEpochStore as LeasedEpochStore
 from .epochs import OwnedElsewhere as OwnedElsewhere
 from .epochs import QueuedPrompt as QueuedPrompt
@@ -125,6 +126,7 @@ __all__ = [
     "EpochStore",
     "HarnessContext",
     "Holder",
+    "HostIdInUse",
     "JournalError",
     "LeasedEpochStore",
     "OneshotReceiver",

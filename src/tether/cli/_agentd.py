@@ -18,7 +18,7 @@ import trio
 from .. import signals
 from ..agentd import Agentd, AgentdError
 from ..agentd._client import default_socket, request
-from ..epochs import EpochStore, SqliteEpochStore, StoreUnavailable
+from ..epochs import EpochStore, HostIdInUse, SqliteEpochStore, StoreUnavailable
 
 logger = logging.getLogger("tether.cli")
 
@@ -34,7 +34,9 @@ def add_commands(commands: Any) -> None:
         " (default: epochs.sqlite3 by the socket)",
     )
     daemon.add_argument(
-        "--host-id", default=None, help="this host's id on an etcd store (default: hostname)"
+        "--host-id",
+        default=None,
+        help="this host's id on an etcd store, one daemon per id (default: hostname)",
     )
     daemon.add_argument(
         "--lease-ttl", type=int, default=10, help="seconds the host lease outlives a keepalive"
@@ -168,6 +170,7 @@ async def _daemon(args: argparse.Namespace) -> int:
                 adopt=args.adopt,
             )
             unavailable: BaseException | None = None
+            displaced: BaseException | None = None
             try:
                 async with agentd.running(stop_harnesses=args.stop_harnesses):
                     logger.info(
@@ -185,8 +188,13 @@ async def _daemon(args: argparse.Namespace) -> int:
                         if args.stop_harnesses
                         else "; harnesses keep running",
                     )
+            except* HostIdInUse as group:
+                displaced = group.exceptions[0]
             except* StoreUnavailable as group:
                 unavailable = group.exceptions[0]
+            if displaced is not None:
+                logger.error("agentd stands down: %s", displaced)
+                return 78
             if unavailable is not None:
                 logger.error("agentd cannot reach its store: %s", unavailable)
                 return 69

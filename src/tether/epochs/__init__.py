@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._sqlite import SqliteEpochStore as SqliteEpochStore
 from ._store import EpochStore as EpochStore
+from ._store import HostIdInUse as HostIdInUse
 from ._store import LeasedEpochStore as LeasedEpochStore
 from ._store import OwnedElsewhere as OwnedElsewhere
 from ._store import QueuedPrompt as QueuedPrompt
@@ -18,6 +19,7 @@ from ._store import Superseded as Superseded
 __all__ = [
     "EpochStore",
     "EtcdEpochStore",
+    "HostIdInUse",
     "LeasedEpochStore",
     "OwnedElsewhere",
     "QueuedPrompt",

@@ -7,7 +7,7 @@ keepalive and the ownership watch are ordinary tasks that cancel cleanly in a nu
     epoch/<session>            the epoch; never on a lease, so an expiry cannot reset it
     record/<session>           the session record (JSON), fenced by the epoch key
     owner/<session>            the owning host's id, on that host's lease
-    host/<host>                the host's id, on its lease (who is alive)
+    host/<host>                this daemon's instance id, on its lease (who is alive)
     outbox/<session>/<id>      a queued prompt (JSON), ordered by creation revision
 
 Every bump and fenced write is one transaction that compares the ``mod_revision`` read just
@@ -22,6 +22,7 @@ import base64
 import json
 import logging
 import math
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Self
 from urllib.parse import quote, unquote
@@ -31,7 +32,14 @@ import trio
 
 from .. import _util
 from ..channels import Sender, SendError
-from ._store import OwnedElsewhere, QueuedPrompt, SessionRecord, StoreUnavailable, Superseded
+from ._store import (
+    HostIdInUse,
+    OwnedElsewhere,
+    QueuedPrompt,
+    SessionRecord,
+    StoreUnavailable,
+    Superseded,
+)
 
 logger = logging.getLogger("tether.epochs")
 
@@ -152,6 +160,10 @@ class EtcdEpochStore:
         self._lost_logged = False
         self._revoked = False
         """Set by ``revoke``: ``keep_alive`` ends instead of granting a new lease."""
+        self._instance = uuid.uuid4().hex
+        """Written under ``host/<host_id>``: another value there means another daemon
+        started with this host id, and this one stands down (``HostIdInUse``)."""
+        self._displaced: HostIdInUse | None = None
 
     def __repr__(self) -> str:
         return f"<tether.EtcdEpochStore {','.join(self.endpoints)} host={self.host_id!r}>"
@@ -454,19 +466,38 @@ class EtcdEpochStore:
 
     async def _ensure_lease(self) -> int:
         async with self._lease_lock:
+            if self._displaced is not None:
+                raise self._displaced
             if self._lease is not None and self.lease_held():
                 return self._lease
+            if self._lease is not None or self._lost_logged:
+                await self._check_host()  # a newer daemon may have the id since we lost it
             sent = _util.boottime()
             granted = await self._call("/v3/lease/grant", {"TTL": self.lease_ttl})
             lease = int(granted["ID"])
             self._lease, self._lease_until = lease, sent + int(granted["TTL"])
-            host = self._put(self._key("host", self.host_id), "", lease)["request_put"]
-            await self._call("/v3/kv/put", host)
+            await self._put_host(lease)
             if self._lost_logged:
                 logger.warning("host %s: granted a new lease %x", self.host_id, lease)
                 self._lost_logged = False
             await self._reclaim(lease)
             return lease
+
+    async def _put_host(self, lease: int) -> None:
+        host = self._put(self._key("host", self.host_id), self._instance, lease)["request_put"]
+        await self._call("/v3/kv/put", host)
+
+    async def _check_host(self) -> None:
+        """Stand down if another daemon wrote its instance under this host id; a later
+        daemon with the same id wins, as a restarted one must."""
+        (kv,) = await self._read(self._key("host", self.host_id))
+        if kv is None or _unb64(kv["value"]) == self._instance:
+            return
+        self._displaced = HostIdInUse(self._where(), self.host_id)
+        self._lease, self._lease_until = None, -math.inf
+        self._owned.clear()
+        logger.error("host %s: %s", self.host_id, self._displaced.error)
+        raise self._displaced
 
     async def claim(self, session: str, epoch: int) -> bool:
         """Hang ``session`` on this host's lease if ``epoch`` is still its current epoch and no
@@ -521,6 +552,8 @@ class EtcdEpochStore:
         task_status.started()
         failing = False
         while not self._revoked:
+            if self._displaced is not None:
+                raise self._displaced
             delay = min(1.0, self.lease_ttl / 6) if failing else self.lease_ttl / 3
             if failing and self.lease_held():
                 delay = max(0.0, min(delay, self._lease_until - _util.boottime()))
@@ -545,6 +578,13 @@ class EtcdEpochStore:
             return False
         ttl = int(answer.get("result", {}).get("TTL", 0))
         if ttl > 0:
+            try:
+                await self._check_host()
+            except HostIdInUse:
+                return False
+            except StoreUnavailable as exc:
+                self._note_lost(str(exc))
+                return False
             self._lease_until = sent + ttl
             if self._lost_logged:
                 logger.warning("host %s holds its lease again", self.host_id)

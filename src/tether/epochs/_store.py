@@ -43,6 +43,22 @@ class StoreUnavailable(Exception):
         return type(self), (self.endpoints, self.error)
 
 
+class HostIdInUse(StoreUnavailable):
+    """Another daemon took this host's id on the store after this one did: this one stands
+    down (it is unavailable to the store from now on, so every caller refuses work)."""
+
+    def __init__(self, endpoints: str, host: str) -> None:
+        super().__init__(
+            endpoints,
+            f"host id {host!r} was taken by another daemon; give each daemon its own host id",
+        )
+        self.args = (f"epoch store at {endpoints}: {self.error}",)
+        self.host = host
+
+    def __reduce__(self) -> tuple[type[HostIdInUse], tuple[str, str]]:
+        return type(self), (self.endpoints, self.host)
+
+
 class OwnedElsewhere(Exception):
     """``session`` belongs to another live host (its lease holds); only that host may bump
     it until the lease expires."""
