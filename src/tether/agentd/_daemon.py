@@ -230,6 +230,11 @@ class Agentd:
         Harnesses keep running when the block exits unless ``stop_harnesses``; a later daemon
         on the same store adopts them. Events go to ``log_path`` (default
         ``<state_dir>/agentd.events.jsonl``) as JSON lines.
+
+        Raises:
+            StoreUnavailable: (in an exception group) a shared store was unreachable at start.
+            HostIdInUse: (in an exception group) another daemon took this host's id; the block
+                is cancelled and the daemon stands down.
         """
         if self._nursery is not None:
             raise RuntimeError("this Agentd is already running")
