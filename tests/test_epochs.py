@@ -166,6 +166,9 @@ async def test_the_outbox_keeps_prompts_until_settled(opener: Opener) -> None:
         ]
         await store.settle("s1", "a", "delivered")
         assert [p.id for p in await store.pending()] == ["b"]
+        await store.settle("s1", "a", "delivered")  # settling twice changes nothing
+        await store.enqueue(QueuedPrompt("s1", "a", "a retry of a delivered prompt"))
+        assert [p.id for p in await store.pending()] == ["b"], "a settled id was queued again"
         await store.save("s2", SessionRecord(state="running"), epoch=await store.bump("s2"))
         await store.save("s1", SessionRecord(state="stopped"), epoch=await store.bump("s1"))
         assert await store.sessions() == ["s1", "s2"]

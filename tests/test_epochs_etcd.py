@@ -18,6 +18,7 @@ from tether.epochs import (
     HostIdInUse,
     LeasedEpochStore,
     OwnedElsewhere,
+    QueuedPrompt,
     SessionRecord,
     StoreUnavailable,
 )
@@ -193,6 +194,36 @@ async def test_a_second_daemon_with_the_same_host_id_makes_the_first_stand_down(
         for store in (first, second):
             await store.revoke()
             await store.aclose()
+
+
+async def test_a_settled_prompt_leaves_the_outbox_and_its_outcome_expires(
+    etcd_cluster: Cluster, prefix: str
+) -> None:
+    """The outbox holds only what is pending (``pending`` reads no history), and a settled
+    outcome, which keeps a retried enqueue of its id a no-op, is dropped by etcd after
+    ``keep_settled``: etcd does not fill up with every prompt ever queued."""
+    store = _store(etcd_cluster, "a", prefix, keep_settled=2)
+    try:
+        for n in range(5):
+            await store.enqueue(QueuedPrompt("s", f"p{n}", "hello"))
+        for n in range(4):
+            await store.settle("s", f"p{n}", "delivered")
+        outbox = await store._range(store._dir("outbox"), prefix=True, keys_only=True)
+        assert len(outbox) == 1, "settled prompts stayed in the outbox"
+        await store.enqueue(QueuedPrompt("s", "p0", "a retry"))
+        assert [p.id for p in await store.pending()] == ["p4"]
+
+        async def requeued() -> bool:
+            await store.enqueue(QueuedPrompt("s", "p0", "a retry"))
+            return len(await store.pending()) == 2
+
+        with trio.fail_after(2 + 3):
+            while not await requeued():
+                await trio.sleep(0.1)
+        settled = await store._range(store._dir("settled"), prefix=True, keys_only=True)
+        assert settled == [], "outcomes outlived keep_settled"
+    finally:
+        await store.aclose()
 
 
 async def test_a_host_that_slept_past_its_ttl_knows_its_lease_is_gone(

@@ -9,6 +9,7 @@ keepalive and the ownership watch are ordinary tasks that cancel cleanly in a nu
     owner/<session>            the owning host's id, on that host's lease
     host/<host>                this daemon's instance id, on its lease (who is alive)
     outbox/<session>/<id>      a queued prompt (JSON), ordered by creation revision
+    settled/<session>/<id>     a settled prompt's outcome, on a retention lease
 
 Every bump and fenced write is one transaction that compares the ``mod_revision`` read just
 before it and retries on conflict, so two writers can never both succeed from the same read.
@@ -48,6 +49,8 @@ _RETRYABLE = {4, 14}
 _CONCURRENCY = 32
 """Calls in flight per store: more wait for a turn (within their bound) rather than queue in
 httpx's pool, where the per-attempt timer would run while nothing is sent."""
+_LEASE_NOT_FOUND = "requested lease not found"
+"""etcd's message (``rpctypes.ErrLeaseNotFound``) for a put on a lease it does not have."""
 _WIDTH = 20
 """Epochs are stored zero-padded so that etcd's byte-wise value comparison is numeric."""
 
@@ -119,6 +122,9 @@ class EtcdEpochStore:
         host_id: this daemon's host; it owns the sessions it bumps while its lease lives.
         lease_ttl: seconds the host's lease lives without a keepalive.
         timeout: the bound of every operation, across all endpoints.
+        keep_settled: seconds (at least) a settled prompt's outcome is kept, during which
+            enqueuing its id again is a no-op; then etcd drops it, so the outbox holds only
+            what is pending and etcd does not fill up with history.
 
     ``keep_alive`` must run (in a nursery) for the lease to outlive ``lease_ttl``; ``Agentd``
     runs it. ``lease_held`` turns false once no keepalive has been confirmed for the lease's
@@ -139,11 +145,14 @@ class EtcdEpochStore:
         host_id: str,
         lease_ttl: int = 10,
         timeout: float = 5.0,
+        keep_settled: int = 86_400,
     ) -> None:
         if not endpoints:
             raise ValueError("name at least one etcd endpoint")
         if lease_ttl < 2 or not host_id or "/" in host_id:
             raise ValueError("lease_ttl must be at least 2 and host_id non-empty without '/'")
+        if keep_settled < 2:
+            raise ValueError("keep_settled must be at least 2 seconds")
         self.endpoints = tuple(e if "://" in e else f"http://{e}" for e in endpoints)
         self.prefix = prefix.rstrip("/") + "/"
         self.host_id = host_id
@@ -164,6 +173,10 @@ class EtcdEpochStore:
         """Written under ``host/<host_id>``: another value there means another daemon
         started with this host id, and this one stands down (``HostIdInUse``)."""
         self._displaced: HostIdInUse | None = None
+        self.keep_settled = keep_settled
+        self._retention: tuple[int, float] | None = None
+        """The lease settled outcomes hang on, and when it was granted (boot time)."""
+        self._retention_lock = trio.Lock()
 
     def __repr__(self) -> str:
         return f"<tether.EtcdEpochStore {','.join(self.endpoints)} host={self.host_id!r}>"
@@ -395,15 +408,21 @@ class EtcdEpochStore:
     def _outbox_key(self, session: str, prompt_id: str) -> str:
         return self._key("outbox", session, quote(prompt_id, safe=""))
 
+    def _settled_key(self, session: str, prompt_id: str) -> str:
+        return self._key("settled", session, quote(prompt_id, safe=""))
+
     async def enqueue(self, prompt: QueuedPrompt) -> None:
-        """Queue ``prompt`` unless its id is already queued for the session (one
-        transaction comparing the key's creation revision with 0)."""
+        """Queue ``prompt`` unless its id is already queued, or was settled within
+        ``keep_settled``, for the session (one transaction: both keys absent)."""
         key = self._outbox_key(prompt.session, prompt.id)
         value = json.dumps(
             {"text": prompt.text, "meta": prompt.meta, "attempts": prompt.attempts, "outcome": None}
         )
-        create = {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
-        await self._txn([create], [self._put(key, value)])
+        absent = [
+            {"key": _b64(k), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+            for k in (key, self._settled_key(prompt.session, prompt.id))
+        ]
+        await self._txn(absent, [self._put(key, value)])
 
     async def _update(
         self, session: str, prompt_id: str, change: Callable[[dict[str, Any]], None]
@@ -429,8 +448,35 @@ class EtcdEpochStore:
         )
 
     async def settle(self, session: str, prompt_id: str, outcome: str) -> None:
-        """Record the prompt's outcome; it is no longer ``pending``."""
-        await self._update(session, prompt_id, lambda item: item.update(outcome=outcome))
+        """Move the prompt out of the outbox (it is no longer ``pending``) to its outcome,
+        which etcd keeps for ``keep_settled`` seconds; one transaction per try."""
+        key = self._outbox_key(session, prompt_id)
+        lease, renewed = await self._retain(), False
+        while True:
+            kvs = await self._range(key)
+            if not kvs:
+                return  # settled already (or never queued)
+            delete = {"request_delete_range": {"key": _b64(key)}}
+            settled = self._put(self._settled_key(session, prompt_id), outcome, lease)
+            try:
+                answer = await self._txn([self._same_rev(key, _rev(kvs[0]))], [delete, settled])
+            except StoreUnavailable as exc:
+                if _LEASE_NOT_FOUND not in exc.error or renewed:
+                    raise
+                lease, renewed = await self._retain(renew=True), True  # etcd lost it (a restore)
+                continue
+            if answer.get("succeeded"):
+                return
+
+    async def _retain(self, *, renew: bool = False) -> int:
+        """The retention lease for settled outcomes: granted for ``keep_settled`` and used for
+        half of it, so each outcome lives between half and all of ``keep_settled``."""
+        async with self._retention_lock:
+            now = _util.boottime()
+            if renew or self._retention is None or now - self._retention[1] > self.keep_settled / 2:
+                granted = await self._call("/v3/lease/grant", {"TTL": self.keep_settled})
+                self._retention = (int(granted["ID"]), now)
+            return self._retention[0]
 
     async def pending(self) -> list[QueuedPrompt]:
         """Every queued prompt without an outcome, oldest (first created) first."""

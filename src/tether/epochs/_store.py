@@ -144,7 +144,8 @@ class EpochStore(Protocol):
 
     async def settle(self, session: str, prompt_id: str, outcome: str) -> None:
         """Take a prompt off the queue, ``delivered`` or ``failed: <reason>``, keeping the
-        outcome for the record."""
+        outcome so that enqueuing its id again is a no-op (the etcd store keeps it for
+        ``keep_settled``)."""
         ...
 
     async def pending(self) -> list[QueuedPrompt]:
