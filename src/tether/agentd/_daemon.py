@@ -201,7 +201,7 @@ class Agentd:
         self.events = EventLog(None)
         self._sessions: dict[str, _Session] = {}
         self._taking: set[str] = set()
-        self._settled: set[str] = set()
+        self._ended: set[str] = set()
         self._nursery: trio.Nursery | None = None
 
     def __repr__(self) -> str:
@@ -451,9 +451,9 @@ class Agentd:
         except StoreUnavailable as exc:
             logger.warning("host %s: cannot list orphaned sessions: %s", self.host, exc)
             return
-        self._settled &= set(orphans)  # one that had an owner since is looked at anew
+        self._ended &= set(orphans)  # one that had an owner since is looked at anew
         for name in orphans:
-            if name not in self._settled:
+            if name not in self._ended:
                 nursery.start_soon(self._take, name, "it had no live owner")
 
     async def _take(self, name: str, why: str) -> None:
@@ -463,7 +463,7 @@ class Agentd:
         try:
             record = await self.store.record(name)
             if record is None or record.state in ("stopped", "failed"):
-                self._settled.add(name)  # not read again while it stays without an owner
+                self._ended.add(name)  # not read again while it stays without an owner
                 return
             session = self._session(name)
             if session.harness is not None and not session.harness.exited.is_set():

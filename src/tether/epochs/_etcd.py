@@ -522,16 +522,13 @@ class EtcdEpochStore:
             granted = await self._call("/v3/lease/grant", {"TTL": self.lease_ttl})
             lease = int(granted["ID"])
             self._lease, self._lease_until = lease, sent + int(granted["TTL"])
-            await self._put_host(lease)
+            host = self._put(self._key("host", self.host_id), self._instance, lease)
+            await self._call("/v3/kv/put", host["request_put"])
             if self._lost_logged:
                 logger.warning("host %s: granted a new lease %x", self.host_id, lease)
                 self._lost_logged = False
             await self._reclaim(lease)
             return lease
-
-    async def _put_host(self, lease: int) -> None:
-        host = self._put(self._key("host", self.host_id), self._instance, lease)["request_put"]
-        await self._call("/v3/kv/put", host)
 
     async def _check_host(self) -> None:
         """Stand down if another daemon wrote its instance under this host id; a later
