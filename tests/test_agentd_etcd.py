@@ -462,9 +462,10 @@ async def test_a_daemon_says_unconfirmed_the_moment_its_lease_runs_out(
                     proxy.cut()
                     # The last deadline seen before the lease reads lost (a keepalive in
                     # flight at the cut may still have moved it).
-                    while (remaining := store.lease_remaining()) > 0:
-                        deadline = trio.current_time() + remaining
-                        await trio.sleep(0.005)
+                    with trio.fail_after(TTL + 2):
+                        while (remaining := store.lease_remaining()) > 0:
+                            deadline = trio.current_time() + remaining
+                            await trio.sleep(0.005)
                     with trio.fail_after(1):
                         async for event in events:
                             if event.kind == "unconfirmed":
