@@ -3,10 +3,13 @@ alone and shared by ten real processes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
+import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +19,7 @@ import pytest
 import trio
 
 from etcd_cluster import Cluster
-from helpers import python
+from helpers import python, wait_until
 from tether import EpochStore, SessionRecord, SqliteEpochStore, Superseded
 from tether.epochs import HostIdInUse, OwnedElsewhere, QueuedPrompt, StoreUnavailable
 
@@ -172,3 +175,66 @@ async def test_the_outbox_keeps_prompts_until_settled(opener: Opener) -> None:
         await store.save("s2", SessionRecord(state="running"), epoch=await store.bump("s2"))
         await store.save("s1", SessionRecord(state="stopped"), epoch=await store.bump("s1"))
         assert await store.sessions() == ["s1", "s2"]
+
+
+async def test_sqlite_prunes_settled_prompts_after_keep_settled(tmp_path: Path) -> None:
+    """A settled prompt keeps its id (a retried enqueue is a no-op) but not its text; once
+    ``keep_settled`` has passed, the next settle deletes it, and ``pending`` reads only what
+    is pending through its index."""
+    path = tmp_path / "epochs.sqlite3"
+    keep = 0.2
+    async with SqliteEpochStore(path, keep_settled=keep) as store:
+        await store.enqueue(QueuedPrompt("s", "old", "x" * 10_000))
+        await store.enqueue(QueuedPrompt("s", "new", "hello"))
+        await store.settle("s", "old", "delivered")
+        await store.settle("s", "old", "failed: a second outcome")  # the first one stays
+        settled_at = time.time()
+        await store.enqueue(QueuedPrompt("s", "old", "a retry"))
+        assert [p.id for p in await store.pending()] == ["new"]
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            rows = db.execute("SELECT outcome, length(text) FROM outbox WHERE id = 'old'")
+            assert rows.fetchall() == [("delivered", 0)]
+            plan = db.execute(
+                "EXPLAIN QUERY PLAN SELECT session, id, text, meta, attempts FROM outbox"
+                " WHERE outcome IS NULL ORDER BY seq"
+            ).fetchall()
+            assert "outbox_pending" in str(plan)
+        await wait_until(lambda: time.time() > settled_at + keep)
+        await store.settle("s", "new", "delivered")  # prunes "old"
+        await store.enqueue(QueuedPrompt("s", "old", "a retry, a day later"))
+        assert [p.text for p in await store.pending()] == ["a retry, a day later"]
+
+
+async def test_sqlite_opens_a_file_an_earlier_version_wrote(tmp_path: Path) -> None:
+    """No ``host`` column, no ``settled_at``: both are added in place, and a prompt settled
+    back then is dated now, so it is pruned after ``keep_settled`` like any other."""
+    path = tmp_path / "epochs.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.executescript(
+            """
+            CREATE TABLE epochs (session TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
+            CREATE TABLE records (session TEXT PRIMARY KEY, epoch INTEGER NOT NULL, pid INTEGER,
+                create_time REAL, boot_id TEXT, state TEXT NOT NULL, restarts INTEGER NOT NULL,
+                reason TEXT);
+            CREATE TABLE outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL,
+                id TEXT NOT NULL, text TEXT NOT NULL, meta TEXT NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 0, outcome TEXT, UNIQUE (session, id));
+            INSERT INTO epochs VALUES ('s', 3);
+            INSERT INTO records VALUES ('s', 3, 42, 1.5, 'b', 'running', 0, NULL);
+            INSERT INTO outbox (session, id, text, meta, outcome)
+                VALUES ('s', 'done', 'hi', '{}', 'delivered'), ('s', 'queued', 'hey', '{}', NULL);
+            """
+        )
+    async with SqliteEpochStore(path, keep_settled=0.1) as store:
+        assert await store.record("s") == SessionRecord(42, 1.5, "b", "running", epoch=3)
+        assert [p.id for p in await store.pending()] == ["queued"]
+        await store.enqueue(QueuedPrompt("s", "done", "again"))
+        assert [p.id for p in await store.pending()] == ["queued"], "a settled id came back"
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            (dated,) = db.execute("SELECT settled_at FROM outbox WHERE id = 'done'").fetchone()
+        await wait_until(lambda: time.time() > dated + 0.1)
+        await store.settle("s", "queued", "delivered")
+        await store.enqueue(QueuedPrompt("s", "done", "again"))
+        assert [p.id for p in await store.pending()] == ["done"]
+    async with SqliteEpochStore(path) as store:  # and it opens again as it is
+        assert await store.current("s") == 3

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable
 from os import PathLike
 from typing import Self, TypeVar
@@ -44,6 +45,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     meta     TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     outcome  TEXT,
+    settled_at REAL,
     UNIQUE (session, id)
 );
 """
@@ -55,10 +57,28 @@ _FIELDS = ("pid", "create_time", "boot_id", "state", "restarts", "reason", "host
 
 
 def _upgrade(db: sqlite3.Connection) -> None:
-    """Add the ``host`` column to a file written before records named their host."""
-    columns = {row[1] for row in db.execute("PRAGMA table_info(records)")}
-    if "host" not in columns:
-        db.execute("ALTER TABLE records ADD COLUMN host TEXT")
+    """Bring a file written by an earlier version up to date: records name their host;
+    settled prompts say when (so they can be pruned), and both queues are indexed. One
+    transaction, so two processes opening an old file at once do not both alter it."""
+    with immediate(db):
+        if "host" not in _columns(db, "records"):
+            db.execute("ALTER TABLE records ADD COLUMN host TEXT")
+        if "settled_at" not in _columns(db, "outbox"):
+            db.execute("ALTER TABLE outbox ADD COLUMN settled_at REAL")
+            db.execute(
+                "UPDATE outbox SET settled_at = ? WHERE outcome IS NOT NULL", (time.time(),)
+            )
+        db.execute(
+            "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE outcome IS NULL"
+        )
+        db.execute(
+            "CREATE INDEX IF NOT EXISTS outbox_settled ON outbox (settled_at)"
+            " WHERE settled_at IS NOT NULL"
+        )
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 
 
 class SqliteEpochStore:
@@ -67,6 +87,9 @@ class SqliteEpochStore:
     Args:
         path: the database file (created with its tables if missing).
         busy_timeout: seconds a writer waits for another process's transaction.
+        keep_settled: seconds (at least) a settled prompt's id and outcome are kept, during
+            which enqueuing its id again is a no-op; a later ``settle`` deletes them (by the
+            wall clock: a jump forward shortens the window).
 
     Example::
 
@@ -75,8 +98,15 @@ class SqliteEpochStore:
         await store.check("s1", epoch)
     """
 
-    def __init__(self, path: str | PathLike[str], *, busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        keep_settled: float = 86_400.0,
+    ) -> None:
         self.path = path
+        self.keep_settled = keep_settled
         self._database = Database(
             path, _SCHEMA, name="epochs", busy_timeout=busy_timeout, upgrade=_upgrade
         )
@@ -177,13 +207,22 @@ class SqliteEpochStore:
         )
 
     async def settle(self, session: str, prompt_id: str, outcome: str) -> None:
-        """Record the prompt's outcome; it is no longer ``pending``."""
-        await self._run(
-            lambda db: db.execute(
-                "UPDATE outbox SET outcome = ? WHERE session = ? AND id = ?",
-                (outcome, session, prompt_id),
-            )
-        )
+        """Record the prompt's outcome (the first one; its text is dropped, the id kept for
+        ``keep_settled``), and delete what was settled longer ago: one transaction."""
+
+        def settle(db: sqlite3.Connection) -> None:
+            now = time.time()
+            with immediate(db):
+                db.execute(
+                    "UPDATE outbox SET outcome = ?, settled_at = ?, text = '', meta = '{}'"
+                    " WHERE session = ? AND id = ? AND outcome IS NULL",
+                    (outcome, now, session, prompt_id),
+                )
+                db.execute(
+                    "DELETE FROM outbox WHERE settled_at < ?", (now - self.keep_settled,)
+                )
+
+        await self._run(settle)
 
     async def pending(self) -> list[QueuedPrompt]:
         """Every queued prompt without an outcome, oldest first."""
