@@ -77,6 +77,12 @@ class Host:
             self.process.send_signal(signal.SIGTERM)
             await trio.to_thread.run_sync(self.process.wait, 20)
 
+    def reap(self) -> None:
+        """SIGKILL the daemon if it still runs (a failed test's clean-up), and wait for it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
     async def tether(self, *args: str) -> subprocess.CompletedProcess[bytes]:
         return await trio.run_process(
             [*TETHER, args[0], "--socket", str(self.socket), *args[1:]],
@@ -117,10 +123,8 @@ def hosts(tmp_path: Path, etcd_cluster: Cluster) -> Iterator[tuple[Host, Host]]:
     a = Host("a", tmp_path / "a", store)
     b = Host("b", tmp_path / "b", store, "--adopt")
     yield a, b
-    for host in (a, b):
-        if host.process is not None and host.process.poll() is None:
-            host.process.kill()
-            host.process.wait()
+    a.reap()
+    b.reap()
 
 
 async def test_a_lost_host_is_taken_over_and_its_harness_superseded_when_it_returns(
@@ -211,10 +215,8 @@ async def test_a_daemon_whose_host_id_another_takes_exits_78(
     finally:
         await old.stop()
         await new.stop()
-        for host in (old, new):
-            if host.process is not None and host.process.poll() is None:
-                host.process.kill()
-                host.process.wait()
+        old.reap()
+        new.reap()
         kill_marked(session)
 
 
