@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from helpers import python
 from tether import JournalError, ToolCall, ToolResult, Transcript
-from tether.journal import Event, Message
+from tether.journal import MAX_DEPTH, Event, Message, scan
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -124,17 +124,115 @@ async def test_a_torn_last_line_is_quarantined_byte_for_byte(tmp_path: Path) -> 
         assert again.repair is None
 
 
-async def test_a_corrupt_middle_line_keeps_the_prefix_and_moves_the_rest(tmp_path: Path) -> None:
+async def test_a_corrupt_middle_line_is_quarantined_alone_and_later_entries_stay(
+    tmp_path: Path,
+) -> None:
+    """Issue 15, row 10: one bad line costs that line only, never the entries after it."""
     path = tmp_path / "t.jsonl"
-    await _write_sample(path, 5)
+    calls = await _write_sample(path, 5)
     lines = path.read_bytes().splitlines(keepends=True)
-    lines[2] = b'{"type":"tool_call","id":"c","seq":3,"ts":"x","name":7,"args":{}}\n'
+    bad = b'{"type":"tool_call","id":"c","seq":3,"ts":"x","name":7,"args":{}}\n'
+    offset = len(b"".join(lines[:2]))
+    lines[2] = bad
     path.write_bytes(b"".join(lines))
     async with await Transcript.open(path) as tr:
         assert tr.repair is not None
-        assert tr.repair.kept_entries == 2
+        assert tr.repair.kept_entries == 4
         assert "field 'name'" in tr.repair.reason
-        assert Path(tr.repair.quarantine).read_bytes() == b"".join(lines[2:])
+        assert [(d.offset, d.length) for d in tr.repair.damage] == [(offset, len(bad))]
+        assert Path(tr.repair.quarantine).read_bytes() == bad
+        kept = [e.id for e in tr.entries if isinstance(e, ToolCall)]
+        assert kept == [c.id for c in calls[:2] + calls[3:]]
+        event = tr.entries[-1]
+        assert isinstance(event, Event)
+        assert event.data["spans"] == [[offset, len(bad)]]
+    assert path.read_bytes().startswith(b"".join(lines[:2] + lines[3:]))
+    async with await Transcript.open(path) as again:
+        assert again.repair is None
+
+
+async def test_a_finished_call_after_a_corrupt_line_is_never_sealed_again(
+    tmp_path: Path,
+) -> None:
+    """Issue 15, row 10: an ``ok`` result that survives keeps its call answered, so a resumed
+    engine does not run a finished tool with side effects again."""
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        await tr.append_message("user", "deploy it")
+        call = await tr.tool_call("deploy", {"to": "prod"})
+        await tr.tool_result(call.id, {"deployed": True}, "ok")
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[0] = b"\x00garbage\xff\n"
+    path.write_bytes(b"".join(lines))
+    async with await Transcript.open(path, resume=True) as resumed:
+        assert resumed.dangling() == []
+        results = [e for e in resumed.entries if isinstance(e, ToolResult)]
+        assert [(r.call_id, r.status) for r in results] == [(call.id, "ok")]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"type":[],"id":"x","seq":9,"ts":"t"}',
+        b'{"type":{"a":1},"id":"x","seq":9,"ts":"t"}',
+        b'{"type":"message","id":"x","seq":9,"ts":"t","role":"user","content":'
+        + b"[" * 5000
+        + b"]" * 5000
+        + b"}",
+        b"[" * 5000 + b"]" * 5000,
+        b'{"type":"tool_result","id":"x","seq":9,"ts":"t","call_id":1,"status":"ok","output":1}',
+        b'{"type":"tool_result","id":"x","seq":9,"ts":"t","call_id":"c","status":[],"output":1}',
+        b'{"type":"event","id":"x","seq":1e999,"ts":"t","kind":"k","data":{}}',
+    ],
+)
+async def test_any_malformed_line_is_corruption_never_an_exception(
+    tmp_path: Path, line: bytes
+) -> None:
+    """Issue 15, row 9: wrong types and absurd depth are damage for show, repair and open."""
+    path = tmp_path / "t.jsonl"
+    await _write_sample(path, 2)
+    with path.open("ab") as f:
+        f.write(line + b"\n")
+    await _write_sample_more(path)
+    found = scan(path.read_bytes())
+    assert len(found.damage) == 1
+    assert len(found.entries) == 3
+    async with await Transcript.open(path) as tr:
+        assert tr.repair is not None
+        assert Path(tr.repair.quarantine).read_bytes() == line + b"\n"
+        assert len([e for e in tr.entries if isinstance(e, ToolCall)]) == 3
+
+
+async def _write_sample_more(path: Path) -> None:
+    """Append one more call after whatever is in ``path`` (by hand: the file may be damaged,
+    and opening it would repair it)."""
+    with path.open("ab") as f:
+        f.write(
+            json.dumps(
+                {
+                    "type": "tool_call",
+                    "id": "call_last",
+                    "seq": 99,
+                    "ts": "t",
+                    "name": "n",
+                    "args": {},
+                }
+            ).encode()
+            + b"\n"
+        )
+
+
+async def test_an_entry_nested_past_the_limit_is_refused_on_write(tmp_path: Path) -> None:
+    deep: dict[str, object] = {}
+    inner = deep
+    for _ in range(MAX_DEPTH):
+        inner["x"] = {}
+        inner = inner["x"]  # type: ignore[assignment]
+    async with await Transcript.open(tmp_path / "t.jsonl") as tr:
+        with pytest.raises(ValueError, match="nests deeper"):
+            await tr.tool_call("deep", deep)
+        call = await tr.tool_call("shallow", {"x": {"y": [1, [2]]}})
+        assert tr.dangling() == [call]  # the refused call changed nothing
 
 
 @settings(max_examples=60, deadline=None)
@@ -295,3 +393,54 @@ async def test_a_read_only_filesystem_raises_journal_error(tiny_disk: Path) -> N
         assert str(tiny_disk) in str(caught.value.filename)
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(tiny_disk)], check=True)
+
+
+def _fill(directory: Path, leave: int = 0) -> Path:
+    """Fill the filesystem of ``directory`` with one file, then free ``leave`` pages of it."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with pytest.raises(OSError, match="No space") as full:  # noqa: PT012 - ends by raising
+            while True:
+                os.write(fd, b"\0" * 4096)
+        assert full.value.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    if leave:
+        os.truncate(filler, max(0, filler.stat().st_size - leave * 4096))
+    return filler
+
+
+async def test_a_full_disk_at_open_is_a_journal_error_and_the_lock_is_released(
+    tiny_disk: Path,
+) -> None:
+    """Issue 15, row 11: the lock file's write fails on a full disk; the error is typed and the
+    lock is not left held, so the same process opens the transcript once space is back."""
+    path = tiny_disk / "t.jsonl"
+    filler = _fill(tiny_disk)
+    with pytest.raises(JournalError) as caught:
+        await Transcript.open(path)
+    assert caught.value.errno == errno.ENOSPC
+    filler.unlink()
+    async with await Transcript.open(path) as tr:
+        await tr.append_message("user", "space is back")
+
+
+async def test_a_repair_that_runs_out_of_space_leaves_no_quarantine_file(tiny_disk: Path) -> None:
+    path = tiny_disk / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        await tr.append_message("user", "hello")
+    torn = b'{"type":"message","id":"m","seq":2,"ts":"t","role":"user","content":"' + b"x" * 12000
+    with path.open("ab") as f:
+        f.write(torn)
+    filler = _fill(tiny_disk, leave=1)  # room for the lock file, not for the quarantine
+    for _ in range(2):
+        with pytest.raises(JournalError) as caught:
+            await Transcript.open(path)
+        assert caught.value.errno == errno.ENOSPC
+        assert list(tiny_disk.glob("t.jsonl.corrupt-*")) == []
+    filler.unlink()
+    async with await Transcript.open(path) as tr:
+        assert tr.repair is not None
+        assert Path(tr.repair.quarantine).read_bytes() == torn
+        assert [e.seq for e in tr.entries] == [1, 2]

@@ -152,6 +152,9 @@ def test_subpackages_list_what_they_export() -> None:
     assert set(tether.wire.__all__) & set(tether.__all__) == {"Superseded"}
     assert tether.Superseded is tether.epochs.Superseded is not tether.wire.Superseded
     assert set(tether.journal.__all__) == PUBLIC["tether.journal"] | {
+        "MAX_DEPTH",
+        "Damage",
+        "Scan",
         "Entry",
         "Event",
         "Message",

@@ -26,8 +26,7 @@ SESSION = "incident-000"
 
 
 def _entries(path: Path) -> list[object]:
-    entries, _, _ = scan(path.read_bytes()) if path.exists() else ([], 0, "")
-    return list(entries)
+    return list(scan(path.read_bytes()).entries) if path.exists() else []
 
 
 async def _until(predicate: Callable[[], bool], what: str) -> None:

@@ -39,20 +39,26 @@ def show(path: str, out: TextIO) -> int:
     except OSError as exc:
         print(f"tether transcript: {path}: {os.strerror(exc.errno or 0)}", file=out)
         return 1
-    entries, end, reason = scan(data)
+    found = scan(data)
+    entries = found.entries
     answered = {e.call_id for e in entries if isinstance(e, ToolResult)}
     for entry in entries:
         print(_line(entry, answered), file=out)
     dangling = sum(isinstance(e, ToolCall) and e.id not in answered for e in entries)
     print(f"{len(entries)} entries, {dangling} dangling tool calls", file=out)
-    if end < len(data):
-        print(
-            f"{len(data) - end} bytes after entry {len(entries)} are unreadable ({reason});"
-            f" `tether transcript repair {path}` quarantines them",
-            file=out,
-        )
-        return 2
-    return 0
+    if found.intact:
+        return 0
+    if found.tail_only and len(found.damage) == 1:
+        where = f"{found.damaged_bytes} bytes after entry {len(entries)} are unreadable"
+    else:
+        spans = ", ".join(f"{d.length} at offset {d.offset}" for d in found.damage[:5])
+        more = f" and {len(found.damage) - 5} more" if len(found.damage) > 5 else ""
+        where = f"{found.damaged_bytes} bytes are not valid entries ({spans}{more})"
+    print(
+        f"{where} ({found.reason}); `tether transcript repair {path}` quarantines them",
+        file=out,
+    )
+    return 2
 
 
 async def repair(path: str, out: TextIO) -> int:
@@ -70,7 +76,8 @@ async def repair(path: str, out: TextIO) -> int:
     else:
         print(
             f"{path}: kept {report.kept_entries} entries; moved {report.quarantined_bytes} bytes"
-            f" ({report.reason}) to {report.quarantine}; recorded a 'quarantined' event",
+            f" in {len(report.damage)} spans ({report.reason}) to {report.quarantine};"
+            " recorded a 'quarantined' event",
             file=out,
         )
     if dangling:

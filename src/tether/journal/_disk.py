@@ -1,6 +1,7 @@
 """The blocking half of a transcript: load and repair, append durably, the lock file.
 
-Every function here blocks on the disk; ``_transcript.py`` runs them in a worker thread.
+Every function here blocks on the disk; ``_transcript.py`` runs them in a worker thread. Every
+``OSError`` leaves as a ``JournalError`` naming the file, and nothing opened is left open.
 """
 
 from __future__ import annotations
@@ -9,14 +10,13 @@ import contextlib
 import datetime
 import errno
 import fcntl
-import gc
-import json
 import os
 from collections.abc import Sequence
 
 import attrs
 
-from ._entries import Entry, EntryError, decode, encode, from_record
+from ._entries import Entry, encode
+from ._scan import Damage, scan
 
 
 class JournalError(OSError):
@@ -29,13 +29,15 @@ class Repair:
     """What opening a transcript had to repair."""
 
     kept_entries: int
-    """Entries in the valid prefix, kept in place."""
+    """Valid entries kept, in order (those after a damaged line included)."""
     quarantined_bytes: int
-    """Bytes after the valid prefix, moved byte for byte to ``quarantine``."""
+    """Bytes that were not valid entries, moved byte for byte to ``quarantine``."""
     quarantine: str
-    """The file that holds them: ``<path>.corrupt-<ts>``."""
+    """The file that holds them, concatenated in file order: ``<path>.corrupt-<ts>``."""
     reason: str
-    """Why the prefix ends there: a torn last line, or what is wrong with the first bad line."""
+    """What is wrong with the first damaged span (a torn last line, a bad line...)."""
+    damage: tuple[Damage, ...] = ()
+    """Every damaged span, with its offset and length in the file as it was found."""
 
 
 @attrs.frozen
@@ -46,10 +48,16 @@ class Loaded:
 
 
 def load(path: str, *, create: bool) -> Loaded:
-    """Read ``path``, keep its valid prefix and quarantine the rest (durably).
+    """Read ``path``, keep its valid entries and quarantine the rest (durably).
+
+    Damage at the end only (the usual torn write) is cut off in place; damage in the middle
+    rewrites the file without it (a new file, fsynced, renamed over the old one). The
+    quarantine file is written and fsynced first, so a crash at any point loses nothing: the
+    next open finds the same damage again.
 
     Raises:
-        JournalError: the file cannot be read, created or repaired.
+        JournalError: the file cannot be read, created or repaired (ENOSPC, EIO...); a repair
+            that failed leaves no quarantine file behind.
     """
     try:
         with open(path, "rb") as f:
@@ -61,78 +69,40 @@ def load(path: str, *, create: bool) -> Loaded:
         return Loaded([], 0, None)
     except OSError as exc:
         raise _error(exc, path) from exc
-    entries, end, reason = scan(data)
-    if end == len(data):
-        return Loaded(entries, end, None)
+    found = scan(data)
+    if found.intact:
+        return Loaded(found.entries, len(data), None)
     quarantine = f"{path}.corrupt-{_stamp()}"
+    kept = found.kept(data)
     try:
-        _write_new(quarantine, data[end:])
-        with open(path, "r+b") as f:
-            f.truncate(end)
-            os.fsync(f.fileno())
+        _write_new(quarantine, found.quarantined(data))
+        if found.tail_only:
+            with open(path, "r+b") as f:
+                f.truncate(len(kept))
+                os.fsync(f.fileno())
+        else:
+            _replace(path, kept)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(quarantine)  # the transcript is as it was: the next open tries again
         raise _error(exc, path) from exc
-    return Loaded(entries, end, Repair(len(entries), len(data) - end, quarantine, reason))
+    repair = Repair(len(found.entries), found.damaged_bytes, quarantine, found.reason, found.damage)
+    return Loaded(found.entries, len(kept), repair)
 
 
-def scan(data: bytes) -> tuple[list[Entry], int, str]:
-    """The valid prefix of ``data``: its entries, its length, and why it ends (if it does).
-
-    The common case, an intact file, is parsed with one ``json.loads`` over all complete
-    lines; any doubt falls back to the line-by-line scan, which finds and names the first bad
-    line.
-    """
-    end = data.rfind(b"\n") + 1
-    collecting = gc.isenabled()
-    gc.disable()  # building 100k objects would trigger full collections over all of them
+def _replace(path: str, data: bytes) -> None:
+    """Make ``data`` the content of ``path`` atomically: a new file, fsynced, renamed."""
+    temporary = f"{path}.repairing"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)  # left by a repair that crashed
     try:
-        entries = _scan_whole(data[:end])
-    finally:
-        if collecting:
-            gc.enable()
-    if entries is None:
-        return _scan_lines(data)
-    if end < len(data):
-        return entries, end, f"a torn last line of {len(data) - end} bytes"
-    return entries, end, ""
-
-
-def _scan_whole(body: bytes) -> list[Entry] | None:
-    if not body:
-        return []
-    try:
-        records = json.loads(b"[" + body[:-1].replace(b"\n", b",") + b"]")
-        if len(records) != body.count(b"\n"):
-            return None
-        entries = [from_record(record) for record in records]
-    except (ValueError, UnicodeDecodeError):  # EntryError is a ValueError
-        return None
-    seq = 0
-    for entry in entries:
-        if entry.seq <= seq:
-            return None
-        seq = entry.seq
-    return entries
-
-
-def _scan_lines(data: bytes) -> tuple[list[Entry], int, str]:
-    entries: list[Entry] = []
-    pos = 0
-    seq = 0
-    while pos < len(data):
-        newline = data.find(b"\n", pos)
-        if newline < 0:
-            return entries, pos, f"a torn last line of {len(data) - pos} bytes"
-        try:
-            entry = decode(data[pos:newline])
-        except EntryError as exc:
-            return entries, pos, f"line {len(entries) + 1}: {exc}"
-        if entry.seq <= seq:
-            return entries, pos, f"line {len(entries) + 1}: seq {entry.seq} after {seq}"
-        seq = entry.seq
-        entries.append(entry)
-        pos = newline + 1
-    return entries, pos, ""
+        _write_new(temporary, data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _fsync_dir(path)
 
 
 def append(fd: int, data: bytes, size: int, path: str) -> int:
@@ -164,9 +134,11 @@ def lock(path: str) -> int:
     """Take ``<path>.lock`` for this process; the lock file's descriptor.
 
     The lock is an ``flock``, so it dies with its holder; the file holds the holder's pid.
+    On any failure the descriptor is closed, so the lock is never left held.
 
     Raises:
-        JournalError: another process (or another ``Transcript`` here) holds it; it names the pid.
+        JournalError: another process (or another ``Transcript`` here) holds it, naming the
+            pid; or the lock file cannot be created or written (ENOSPC, EROFS...).
     """
     lock_path = f"{path}.lock"
     try:
@@ -176,14 +148,28 @@ def lock(path: str) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        holder = _holder(fd)
         os.close(fd)
         raise JournalError(
             errno.EBUSY, f"transcript is being written by pid {holder}", path
         ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise _error(exc, lock_path) from exc
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise _error(exc, lock_path) from exc
     return fd
+
+
+def _holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+    except OSError:
+        return "?"
 
 
 def _create(path: str) -> None:
@@ -194,7 +180,10 @@ def _create(path: str) -> None:
     except OSError as exc:
         raise _error(exc, path) from exc
     os.close(fd)
-    _fsync_dir(path)
+    try:
+        _fsync_dir(path)
+    except OSError as exc:
+        raise _error(exc, path) from exc
 
 
 def _write_new(path: str, data: bytes) -> None:

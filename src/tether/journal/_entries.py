@@ -15,6 +15,9 @@ from typing import Any, ClassVar, Final
 import attrs
 
 STATUSES: Final = ("ok", "error", "aborted")
+MAX_DEPTH: Final = 64
+"""The deepest nesting of arrays and objects an entry may hold (the entry's object is 1):
+deeper values are refused on write, so every line written parses again on any stack."""
 
 
 class EntryError(ValueError):
@@ -97,13 +100,32 @@ def now() -> str:
 
 
 def encode(entry: Entry) -> bytes:
-    """One line (with its newline) for ``entry``."""
+    """One line (with its newline) for ``entry``.
+
+    Raises:
+        ValueError: a value nests deeper than ``MAX_DEPTH``, or is not JSON (a cycle).
+    """
     record: dict[str, Any] = {"type": entry.type, "id": entry.id, "seq": entry.seq, "ts": entry.ts}
     for name in _FIELDS[entry.type]:
         value = getattr(entry, name)
         if value is not None or name != "reason":
             record[name] = value
+            if type(value) is dict or type(value) is list:
+                _check_depth(entry.type, name, value)
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _check_depth(kind: str, name: str, value: Any) -> None:
+    """Refuse a value nested deeper than ``MAX_DEPTH``: an iterative walk that stops at the
+    limit, so a hostile value costs no recursion."""
+    stack: list[tuple[Any, int]] = [(value, 2)]
+    while stack:
+        item, level = stack.pop()
+        if type(item) is dict or type(item) is list:
+            if level > MAX_DEPTH:
+                raise ValueError(f"{kind}: field {name!r} nests deeper than {MAX_DEPTH} levels")
+            children = item.values() if type(item) is dict else item
+            stack.extend((child, level + 1) for child in children)
 
 
 def decode(line: bytes) -> Entry:
@@ -116,6 +138,8 @@ def decode(line: bytes) -> Entry:
         record = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
         raise EntryError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise EntryError("not JSON this reader can parse: nested too deep") from None
     return from_record(record)
 
 
@@ -127,13 +151,15 @@ def from_record(record: Any) -> Entry:
     """
     if type(record) is not dict:
         raise EntryError("not a JSON object")
-    build = _BUILDERS.get(record.get("type"))  # type: ignore[arg-type]
+    tag = record.get("type")
+    build = _BUILDERS.get(tag) if type(tag) is str else None
     if build is None:
-        raise EntryError(f"unknown entry type {record.get('type')!r}")
+        shown = repr(tag)
+        raise EntryError(f"unknown entry type {shown if len(shown) <= 40 else shown[:39] + '...'}")
     try:
         return build(record)
     except KeyError as exc:
-        raise EntryError(f"{record['type']}: field {exc.args[0]!r} is missing") from None
+        raise EntryError(f"{tag}: field {exc.args[0]!r} is missing") from None
 
 
 def _check(kind: str, name: str, value: Any, expected: type) -> Any:

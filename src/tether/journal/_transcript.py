@@ -85,9 +85,11 @@ class Transcript(metaclass=NoPublicConstructor):
     ) -> Transcript:
         """Open (or create) the transcript at ``path``, repairing a torn or corrupt tail.
 
-        The valid prefix is kept; everything after it is moved byte for byte to
-        ``<path>.corrupt-<ts>`` and an ``event`` entry (``kind="quarantined"``) records how many
-        bytes. With ``resume=True`` every dangling tool call is sealed with an ``aborted``
+        Every valid entry is kept, in order; each line that is not one (a torn last line, a
+        corrupt line anywhere) is moved byte for byte to ``<path>.corrupt-<ts>``, and an
+        ``event`` entry (``kind="quarantined"``) records how many bytes, why, and the offset and
+        length of each span. A result that survives is never sealed again. With
+        ``resume=True`` every dangling tool call is sealed with an ``aborted``
         result giving ``reason`` (default: "session resumed after an unclean shutdown").
 
         Raises:
@@ -120,14 +122,7 @@ class Transcript(metaclass=NoPublicConstructor):
                     loaded.repair.reason,
                     loaded.repair.quarantine,
                 )
-                await transcript.event(
-                    "quarantined",
-                    {
-                        "bytes": loaded.repair.quarantined_bytes,
-                        "file": os.path.basename(loaded.repair.quarantine),
-                        "reason": loaded.repair.reason,
-                    },
-                )
+                await transcript.event("quarantined", _quarantined(loaded.repair))
             for result in transcript.unmatched_results:
                 logger.warning(
                     "%s: result %s answers no open call %s", path, result.id, result.call_id
@@ -229,11 +224,12 @@ class Transcript(metaclass=NoPublicConstructor):
         if not entries:
             await trio.lowlevel.checkpoint()
             return []
+        data = _disk.encode_all(entries)  # first: a value it refuses changes nothing
         self._next_seq += len(entries)
         for entry in entries:
             if isinstance(entry, ToolResult):
                 self._answered.add(entry.call_id)  # now, so a concurrent duplicate is refused
-        pending = _Pending(list(entries), _disk.encode_all(entries))
+        pending = _Pending(list(entries), data)
         self._queue.append(pending)
         if not self._flushing:
             with trio.CancelScope(shield=True):
@@ -296,3 +292,18 @@ class Transcript(metaclass=NoPublicConstructor):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+_SPANS_SHOWN = 100
+
+
+def _quarantined(repair: Repair) -> dict[str, Any]:
+    """The ``quarantined`` event's data: the first ``_SPANS_SHOWN`` spans by offset and length
+    (the quarantine file holds their bytes in the same order)."""
+    return {
+        "bytes": repair.quarantined_bytes,
+        "file": os.path.basename(repair.quarantine),
+        "reason": repair.reason,
+        "spans": [[d.offset, d.length] for d in repair.damage[:_SPANS_SHOWN]],
+        "span_count": len(repair.damage),
+    }

@@ -1,0 +1,147 @@
+"""``scan``: which lines of a transcript are valid entries, and which are damage.
+
+A line is kept if it is a valid entry whose ``seq`` is greater than every kept line's before
+it; any other line is damage, and so is a last line without its newline (a torn write). A bad
+line in the middle is damage on its own: the valid entries after it are kept, in order, so one
+flipped byte never costs an acknowledged entry or the result of a finished tool call.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import attrs
+
+from ._entries import Entry, EntryError, decode, from_record
+
+
+@attrs.frozen
+class Damage:
+    """One span of a transcript that is not a valid entry."""
+
+    offset: int
+    """Where it starts, in bytes from the start of the file."""
+    length: int
+    """How many bytes it covers (with its newline, if it has one)."""
+    reason: str
+    """What is wrong with it."""
+
+
+@attrs.frozen
+class Scan:
+    """The valid entries of a transcript, and every damaged span, in file order."""
+
+    entries: list[Entry]
+    damage: tuple[Damage, ...]
+    size: int
+    """The length of the bytes scanned."""
+
+    @property
+    def intact(self) -> bool:
+        """Whether every byte belongs to a valid entry."""
+        return not self.damage
+
+    @property
+    def damaged_bytes(self) -> int:
+        return sum(d.length for d in self.damage)
+
+    @property
+    def reason(self) -> str:
+        """The first damage's reason, with how many more spans there are; ``""`` if intact."""
+        if not self.damage:
+            return ""
+        more = len(self.damage) - 1
+        return self.damage[0].reason + (f" (and {more} more damaged lines)" if more else "")
+
+    @property
+    def tail_only(self) -> bool:
+        """Whether all damage sits at the end, so cutting the file back repairs it."""
+        end = self.size
+        for damage in reversed(self.damage):
+            if damage.offset + damage.length != end:
+                return False
+            end = damage.offset
+        return True
+
+    def kept(self, data: bytes) -> bytes:
+        """``data`` with every damaged span cut out: the valid lines, byte for byte."""
+        parts: list[bytes] = []
+        pos = 0
+        for damage in self.damage:
+            parts.append(data[pos : damage.offset])
+            pos = damage.offset + damage.length
+        parts.append(data[pos:])
+        return b"".join(parts)
+
+    def quarantined(self, data: bytes) -> bytes:
+        """The damaged spans of ``data``, byte for byte, in order."""
+        return b"".join(data[d.offset : d.offset + d.length] for d in self.damage)
+
+
+def scan(data: bytes) -> Scan:
+    """Sort the lines of ``data`` into valid entries and damage; never raises.
+
+    The common case, an intact file, is parsed with one ``json.loads`` over all complete
+    lines; any doubt falls back to the line-by-line scan, which names each bad line.
+    """
+    end = data.rfind(b"\n") + 1
+    collecting = gc.isenabled()
+    gc.disable()  # building 100k objects would trigger full collections over all of them
+    try:
+        entries = _scan_whole(data[:end])
+    finally:
+        if collecting:
+            gc.enable()
+    if entries is None:
+        return _scan_lines(data)
+    damage: tuple[Damage, ...] = ()
+    if end < len(data):
+        damage = (Damage(end, len(data) - end, f"a torn last line of {len(data) - end} bytes"),)
+    return Scan(entries, damage, len(data))
+
+
+def _scan_whole(body: bytes) -> list[Entry] | None:
+    if not body:
+        return []
+    try:
+        records = json.loads(b"[" + body[:-1].replace(b"\n", b",") + b"]")
+        if len(records) != body.count(b"\n"):
+            return None
+        entries = [from_record(record) for record in records]
+    except (ValueError, UnicodeDecodeError, RecursionError):  # EntryError is a ValueError
+        return None
+    seq = 0
+    for entry in entries:
+        if entry.seq <= seq:
+            return None
+        seq = entry.seq
+    return entries
+
+
+def _scan_lines(data: bytes) -> Scan:
+    entries: list[Entry] = []
+    damage: list[Damage] = []
+    pos = 0
+    seq = 0
+    line = 0
+    while pos < len(data):
+        line += 1
+        newline = data.find(b"\n", pos)
+        if newline < 0:
+            size = len(data) - pos
+            damage.append(Damage(pos, size, f"a torn last line of {size} bytes"))
+            break
+        try:
+            entry = decode(data[pos:newline])
+        except EntryError as exc:
+            damage.append(Damage(pos, newline + 1 - pos, f"line {line}: {exc}"))
+        else:
+            if entry.seq <= seq:
+                reason = f"line {line}: seq {entry.seq} after {seq}"
+                damage.append(Damage(pos, newline + 1 - pos, reason))
+            else:
+                seq = entry.seq
+                entries.append(entry)
+        pos = newline + 1
+    return Scan(entries, tuple(damage), len(data))
