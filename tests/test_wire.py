@@ -85,11 +85,49 @@ def test_the_type_tag_is_the_snake_case_class_name() -> None:
         (b'{"type": "welcome", "session": "s", "epoch": 1, "heartbeat": NaN}', "heartbeat"),
         (b'{"type": "prompt", "id": "p", "text": "t", "meta": []}', "'meta' must be a finite dict"),
         (b"\xff\xfe", "invalid JSON"),
+        # issue 15, row 1: nothing a peer sends may raise anything but ProtocolError
+        (b"[" * 1000 + b"]" * 1000, "nested deeper than 32"),
+        (b'{"type":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested deeper than 32"),
+        (
+            b'{"type":"hello","session":"s","epoch":1,"pid":1,"create_time":' + b"9" * 400 + b"}",
+            "exceeds 64 bits",
+        ),
+        (b'{"type":"ping","seq":' + b"9" * 5000 + b"}", "exceeds 64 bits"),
+        (b'{"type":"ping","seq":1e400}', "'seq' must be a finite int"),
+        (b'{"type":[]}', "unknown message type"),
+        (b'{"type":{"a":1}}', "unknown message type"),
+        (
+            b'{"type":"prompt","id":"p","text":"t","meta":{"a":' + b"[" * 40 + b"]" * 40 + b"}}",
+            "32",
+        ),
+        (b'{"type":"prompt","id":"p","text":"t","meta":{"a":1e400}}', "not finite"),
+        (b'{"type":"prompt","id":"p","text":"t","meta":{"a":' + b"9" * 30 + b"}}", "64 bits"),
+        (b'{"type":"reply","result":{"a":[Infinity]}}', "not finite"),
     ],
 )
 def test_bad_bodies_raise_protocol_error_with_the_reason(body: bytes, reason: str) -> None:
     with pytest.raises(ProtocolError, match=reason):
         wire.decode(body)
+
+
+@settings(max_examples=500)
+@given(body=st.one_of(st.binary(max_size=300), _json.map(lambda v: json.dumps(v).encode())))
+def test_decode_raises_nothing_but_protocol_error(body: bytes) -> None:
+    try:
+        message = wire.decode(body)
+    except ProtocolError:
+        return
+    assert type(message) in wire._messages.MESSAGE_TYPES
+
+
+def test_encode_refuses_what_the_peer_would_refuse() -> None:
+    deep: list[object] = []
+    for _ in range(40):
+        deep = [deep]
+    with pytest.raises(ProtocolError, match="nested deeper"):
+        wire.encode(Prompt("p", "t", {"deep": deep}))
+    with pytest.raises(ProtocolError, match="64 bits"):
+        wire.encode(Prompt("p", "t", {"big": 2**64}))
 
 
 def test_unknown_fields_are_ignored_and_ints_are_floats_where_floats_are_due() -> None:
@@ -308,6 +346,37 @@ async def test_a_peer_of_another_uid_is_refused_and_logged(
     assert done.stdout.strip() == b"0", "a foreign peer got an answer"
     assert "refused a connection from uid 65534" in caplog.text
     assert escaped == []
+
+
+def test_a_full_listen_queue_is_server_busy_not_a_dead_socket(tmp_path: Path) -> None:
+    """Issue 15, row 8: trio takes a non-blocking connect's EAGAIN for "in progress" and hands
+    back a socket that was never connected; ``connect`` says the server is busy instead."""
+    import socket as pysocket
+
+    path = tmp_path / "full.sock"
+    listener = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)  # and never accepts
+
+    async def main() -> list[str]:
+        outcomes = []
+        for _ in range(4):
+            try:
+                connection = await wire.connect(path)
+            except wire.ServerBusy as exc:
+                outcomes.append(f"busy {errno.errorcode[exc.errno]}")
+            else:
+                assert connection.peer.pid == os.getpid()
+                await connection.aclose()
+                outcomes.append("connected")
+        return outcomes
+
+    try:
+        outcomes = trio.run(main)
+    finally:
+        listener.close()
+    assert outcomes[-1] == "busy EAGAIN"
+    assert "connected" in outcomes
 
 
 def test_connect_to_nothing_is_an_os_error(tmp_path: Path) -> None:

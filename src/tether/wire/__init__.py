@@ -1,6 +1,8 @@
 """Typed messages in length-prefixed JSON frames over Unix stream sockets."""
 
+from ._codec import MAX_DEPTH as MAX_DEPTH
 from ._codec import MAX_FRAME as MAX_FRAME
+from ._codec import MAX_INT as MAX_INT
 from ._codec import ProtocolError as ProtocolError
 from ._codec import decode as decode
 from ._codec import encode as encode
@@ -18,12 +20,15 @@ from ._messages import Prompt as Prompt
 from ._messages import Reply as Reply
 from ._messages import Superseded as Superseded
 from ._messages import Welcome as Welcome
+from ._unix import ServerBusy as ServerBusy
 from ._unix import UnsafeSocketPath as UnsafeSocketPath
 from ._unix import connect as connect
 from ._unix import serve as serve
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_FRAME",
+    "MAX_INT",
     "Bye",
     "Connection",
     "Control",
@@ -37,6 +42,7 @@ __all__ = [
     "Prompt",
     "ProtocolError",
     "Reply",
+    "ServerBusy",
     "Superseded",
     "UnsafeSocketPath",
     "Welcome",
@@ -47,6 +53,6 @@ __all__ = [
 ]
 
 for _name in __all__:
-    if _name not in ("MAX_FRAME", "Message"):
+    if _name not in ("MAX_DEPTH", "MAX_FRAME", "MAX_INT", "Message"):
         globals()[_name].__module__ = __name__
 del _name

@@ -2,7 +2,10 @@
 
 Decoding is strict about what the peer must send (a known ``type``, every field, each of its
 JSON type; ``bool`` is not an integer) and lenient about what it may add (unknown fields are
-ignored, so a newer peer can extend a message).
+ignored, so a newer peer can extend a message). Before any value is used, the frame is bounded:
+containers nest at most ``MAX_DEPTH`` deep, integers fit in 64 bits and numbers are finite, so
+no peer can make the reader recurse, overflow a float or allocate a 4,000-digit integer;
+whatever goes wrong while decoding, of any exception type, is a ``ProtocolError``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from ._messages import FIELD_TYPES, TAGS, Message, tag_of
 
 MAX_FRAME = 1 << 20
 """The largest body accepted: 1 MiB."""
+MAX_DEPTH = 32
+"""The deepest nesting of arrays and objects a frame may hold (the message object is 1)."""
+MAX_INT = 2**63 - 1
+"""The largest magnitude of an integer in a frame."""
 HEADER = struct.Struct(">I")
+_INT_DIGITS = len(str(MAX_INT)) + 1  # room for a sign
 
 
 class ProtocolError(Exception):
@@ -34,10 +42,14 @@ def encode(message: Message) -> bytes:
     """The frame for ``message``: header and body.
 
     Raises:
-        ProtocolError: the body would exceed ``MAX_FRAME``.
+        ProtocolError: the body would exceed ``MAX_FRAME``, or a value nests deeper than
+            ``MAX_DEPTH`` or holds an integer beyond ``MAX_INT`` (the peer would refuse it).
     """
     record: dict[str, Any] = {"type": tag_of(type(message))}
     record.update(attrs.asdict(message, recurse=False))
+    problem = _unbounded(record)
+    if problem is not None:
+        raise ProtocolError(f"{record['type']}: {problem}")
     try:
         body = json.dumps(
             record, ensure_ascii=False, separators=(",", ":"), allow_nan=False
@@ -66,10 +78,22 @@ def decode(body: bytes) -> Message:
 
     Raises:
         ProtocolError: invalid JSON, not an object, an unknown ``type``, a missing or wrongly
-            typed field.
+            typed field, nesting deeper than ``MAX_DEPTH``, an integer beyond ``MAX_INT``, or
+            anything else that makes the body undecodable.
     """
     try:
-        record = json.loads(body)
+        return _decode(body)
+    except ProtocolError:
+        raise
+    except RecursionError:
+        raise ProtocolError(f"nested deeper than {MAX_DEPTH} levels") from None
+    except Exception as exc:  # noqa: BLE001 - a peer's bytes must never raise anything else
+        raise ProtocolError(f"undecodable frame: {type(exc).__name__}: {exc}") from None
+
+
+def _decode(body: bytes) -> Message:
+    try:
+        record = json.loads(body, parse_int=_parse_int)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"invalid JSON: {exc}") from None
     if type(record) is not dict:
@@ -77,7 +101,7 @@ def decode(body: bytes) -> Message:
     tag = record.get("type")
     cls = TAGS.get(tag) if type(tag) is str else None
     if cls is None:
-        raise ProtocolError(f"unknown message type {tag!r}")
+        raise ProtocolError(f"unknown message type {_brief(tag)}")
     values: dict[str, Any] = {}
     for name, expected in FIELD_TYPES[cls]:
         if name not in record:
@@ -87,6 +111,40 @@ def decode(body: bytes) -> Message:
             value = float(value)
         if type(value) is not expected or (isinstance(value, float) and not math.isfinite(value)):
             raise ProtocolError(f"{tag}: field {name!r} must be a finite {expected.__name__}")
+        if expected is dict:
+            problem = _unbounded(value, depth=2)
+            if problem is not None:
+                raise ProtocolError(f"{tag}: field {name!r}: {problem}")
         values[name] = value
     message: Message = cls(**values)
     return message
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > _INT_DIGITS or abs(value := int(text)) > MAX_INT:
+        raise ValueError(f"integer {text[:24]}{'...' if len(text) > 24 else ''} exceeds 64 bits")
+    return value
+
+
+def _unbounded(value: Any, depth: int = 1) -> str | None:
+    """What makes ``value`` (at nesting ``depth``) unfit for a frame, or ``None``: the walk is
+    iterative and stops at the limit, so it costs no recursion whatever the input."""
+    stack: list[tuple[Any, int]] = [(value, depth)]
+    while stack:
+        item, level = stack.pop()
+        kind = type(item)
+        if kind is dict or kind is list:
+            if level > MAX_DEPTH:
+                return f"nested deeper than {MAX_DEPTH} levels"
+            children = item.values() if kind is dict else item
+            stack.extend((child, level + 1) for child in children)
+        elif kind is int and abs(item) > MAX_INT:
+            return "an integer exceeds 64 bits"
+        elif kind is float and not math.isfinite(item):
+            return "a number is not finite"
+    return None
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "..."

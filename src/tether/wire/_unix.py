@@ -32,6 +32,11 @@ class UnsafeSocketPath(PermissionError):
     """The socket's directory (or an old file in its place) is not safe to listen in."""
 
 
+class ServerBusy(BlockingIOError):
+    """The server's listen queue was full: the connection was not made, and may be tried
+    again (``errno`` is ``EAGAIN``)."""
+
+
 def check_directory(path: str) -> None:
     """Refuse a socket path whose directory is not a 0700 directory owned by this uid.
 
@@ -72,15 +77,23 @@ async def _remove_stale(path: str) -> None:
     raise OSError(errno.EADDRINUSE, "another server is listening on it", path)
 
 
+BACKLOG = 4096
+"""Connections the kernel queues before ``accept`` (it caps this at ``net.core.somaxconn``):
+a burst of clients waits in the queue instead of finding it full."""
+
+
 async def serve(
     path: str | os.PathLike[str],
     handler: Handler,
     *,
+    backlog: int = BACKLOG,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Listen on ``path`` and run ``handler(connection)`` for each peer of this uid, forever.
 
-    ``task_status.started()`` is called once the socket accepts connections. A handler that
+    ``task_status.started()`` is called once the socket accepts connections. When accepting
+    fails for want of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM), trio's listener logs it
+    and retries after 100 ms, so the server stays up. A handler that
     raises ``ProtocolError`` gets its peer sent ``Error(reason)`` and its connection closed; a
     peer that disconnects (``ChannelClosed``) ends its handler quietly; any other exception is
     a bug and propagates. The socket file is removed when serving stops.
@@ -96,7 +109,7 @@ async def serve(
     try:
         await sock.bind(path)
         os.chmod(path, 0o600)
-        sock.listen(128)
+        sock.listen(backlog)
         inode = os.stat(path).st_ino
     except BaseException:
         sock.close()
@@ -140,7 +153,18 @@ async def connect(path: str | os.PathLike[str]) -> Connection:
     """Connect to the daemon's socket at ``path``.
 
     Raises:
+        ServerBusy: the server's listen queue is full; nothing was connected (try again).
         OSError: nobody listens there (``ConnectionRefusedError``, ``FileNotFoundError``...).
     """
-    stream = await trio.open_unix_socket(os.fspath(path))
+    path = os.fspath(path)
+    stream = await trio.open_unix_socket(path)
+    try:
+        # A non-blocking connect to a full queue fails with EAGAIN, which trio's connect
+        # takes for "in progress": the socket it returns was never connected.
+        stream.socket.getpeername()
+    except OSError as exc:
+        await stream.aclose()
+        if exc.errno != errno.ENOTCONN:
+            raise
+        raise ServerBusy(errno.EAGAIN, "the server's listen queue is full", path) from None
     return Connection._create(stream)
