@@ -13,6 +13,7 @@ from ._store import LeasedEpochStore as LeasedEpochStore
 from ._store import OwnedElsewhere as OwnedElsewhere
 from ._store import QueuedPrompt as QueuedPrompt
 from ._store import SessionRecord as SessionRecord
+from ._store import StoreInUse as StoreInUse
 from ._store import StoreUnavailable as StoreUnavailable
 from ._store import Superseded as Superseded
 
@@ -25,6 +26,7 @@ __all__ = [
     "QueuedPrompt",
     "SessionRecord",
     "SqliteEpochStore",
+    "StoreInUse",
     "StoreUnavailable",
     "Superseded",
 ]

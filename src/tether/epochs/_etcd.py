@@ -10,6 +10,7 @@ keepalive and the ownership watch are ordinary tasks that cancel cleanly in a nu
     host/<host>                this daemon's instance id, on its lease (who is alive)
     outbox/<session>/<id>      a queued prompt (JSON), ordered by creation revision
     settled/<session>/<id>     a settled prompt's outcome, on a retention lease
+    store-id                   the store's id, created once (harnesses are marked with it)
 
 Every bump and fenced write is one transaction that compares the ``mod_revision`` read just
 before it and retries on conflict, so two writers can never both succeed from the same read.
@@ -20,11 +21,12 @@ Every call is bounded by ``timeout``: past it, or when no endpoint answers, it r
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import math
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Self
 from urllib.parse import quote, unquote
 
@@ -177,6 +179,7 @@ class EtcdEpochStore:
         self._retention: tuple[int, float] | None = None
         """The lease settled outcomes hang on, and when it was granted (boot time)."""
         self._retention_lock = trio.Lock()
+        self._identity: str | None = None
 
     def __repr__(self) -> str:
         return f"<tether.EtcdEpochStore {','.join(self.endpoints)} host={self.host_id!r}>"
@@ -717,6 +720,26 @@ class EtcdEpochStore:
         kvs = await self._range(start, prefix=True, keys_only=True)
         owners = {_unb64(kv["key"])[len(start) :] for kv in kvs}
         return [session for session in await self.sessions() if session not in owners]
+
+    async def identity(self) -> str:
+        """The store's id: created by the first daemon that asks (one transaction, create if
+        absent), then read; every host of the store shares it."""
+        if self._identity is None:
+            key, fresh = self._key("store-id"), uuid.uuid4().hex[:16]
+            answer = await self._txn(
+                [{"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
+                [self._put(key, fresh)],
+                [{"request_range": {"key": _b64(key)}}],
+            )
+            kv = None if answer.get("succeeded") else _kv(answer["responses"][0])
+            self._identity = fresh if kv is None else _unb64(kv["value"])
+        return self._identity
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Nothing to hold: each host's lease and host id keep daemons apart (ADR 0018)."""
+        await trio.lowlevel.checkpoint()
+        yield
 
     async def revoke(self) -> None:
         """End this host's lease now, so every session it owns is free at once (a daemon

@@ -1,7 +1,9 @@
 """``SqliteEpochStore``: epochs and session records in one SQLite file, safe across processes.
 
 WAL journal with ``synchronous=FULL``: NORMAL may lose the last commit on power loss and so hand
-out an epoch twice. Every bump and every fenced write is one ``BEGIN IMMEDIATE`` transaction,
+out an epoch twice. Every ``sqlite3`` error (a lock held past the busy timeout, a full disk, a
+file that is not a database) is a ``StoreUnavailable`` naming the file, never a raw
+``OperationalError``. Every bump and every fenced write is one ``BEGIN IMMEDIATE`` transaction,
 which takes the write lock up front, so two processes can never read the same epoch and both
 write the next one; a busy timeout makes them queue instead of failing. The blocking sqlite3
 calls run on the store's own worker thread, in order, so the trio run never waits on disk.
@@ -9,15 +11,20 @@ calls run on the store's own worker thread, in order, so the trio run never wait
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
+import os
 import sqlite3
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable
 from os import PathLike
 from typing import Self, TypeVar
 
 from .._sqlite import Database, immediate
-from ._store import QueuedPrompt, SessionRecord, Superseded
+from ._store import QueuedPrompt, SessionRecord, StoreInUse, StoreUnavailable, Superseded
 
 T = TypeVar("T")
 
@@ -36,6 +43,10 @@ CREATE TABLE IF NOT EXISTS records (
     restarts    INTEGER NOT NULL,
     reason      TEXT,
     host        TEXT
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS outbox (
     seq      INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -110,12 +121,16 @@ class SqliteEpochStore:
         self._database = Database(
             path, _SCHEMA, name="epochs", busy_timeout=busy_timeout, upgrade=_upgrade
         )
+        self._identity: str | None = None
 
     def __repr__(self) -> str:
         return f"<tether.SqliteEpochStore {str(self.path)!r}>"
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._database.run(fn)
+        try:
+            return await self._database.run(fn)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(os.fspath(self.path), f"{type(exc).__name__}: {exc}") from exc
 
     async def bump(self, session: str) -> int:
         """Issue the next epoch of ``session`` (1 for a new one), durably, in one transaction."""
@@ -237,6 +252,36 @@ class SqliteEpochStore:
             for session, prompt_id, text, meta, attempts in rows
         ]
 
+    async def identity(self) -> str:
+        """The store's id, generated on first use and kept in the file."""
+
+        def identity(db: sqlite3.Connection) -> str:
+            db.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?)",
+                (uuid.uuid4().hex[:16],),
+            )
+            (value,) = db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+            return str(value)
+
+        if self._identity is None:
+            self._identity = await self._run(identity)
+        return self._identity
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Hold ``<path>.daemon.lock`` (an ``flock``, so it dies with its holder, holding the
+        holder's pid) for the block: one daemon per file.
+
+        Raises:
+            StoreInUse: another process holds it, naming its pid.
+            StoreUnavailable: the lock file cannot be opened or written.
+        """
+        fd = _lock_daemon(os.fspath(self.path))
+        try:
+            yield
+        finally:
+            os.close(fd)
+
     async def aclose(self) -> None:
         """Close the connection and stop the worker; the store reopens both if used again."""
         await self._database.aclose()
@@ -251,3 +296,33 @@ class SqliteEpochStore:
 def _current(db: sqlite3.Connection, session: str) -> int | None:
     row = db.execute("SELECT epoch FROM epochs WHERE session = ?", (session,)).fetchone()
     return None if row is None else int(row[0])
+
+
+def _lock_daemon(path: str) -> int:
+    lock_path = f"{path}.daemon.lock"
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise StoreUnavailable(path, f"cannot open {lock_path}: {exc.strerror}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = _holder(fd)
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise StoreInUse(path, holder) from None
+        raise StoreUnavailable(path, f"cannot lock {lock_path}: {exc.strerror}") from exc
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:
+        os.close(fd)
+        raise StoreUnavailable(path, f"cannot write {lock_path}: {exc.strerror}") from exc
+    return fd
+
+
+def _holder(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip())
+    except (OSError, ValueError):
+        return None

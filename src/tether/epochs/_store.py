@@ -8,6 +8,7 @@ nor overwrite what its successor wrote.
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -57,6 +58,20 @@ class HostIdInUse(StoreUnavailable):
 
     def __reduce__(self) -> tuple[type[HostIdInUse], tuple[str, str]]:
         return type(self), (self.endpoints, self.host)
+
+
+class StoreInUse(Exception):
+    """Another daemon serves this store (it holds the store's daemon lock for its whole life);
+    ``pid`` names it (``None`` if it could not be read)."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        holder = f"pid {pid}" if pid is not None else "a process whose pid is unknown"
+        super().__init__(f"epoch store {path} is served by another daemon ({holder})")
+        self.path = path
+        self.pid = pid
+
+    def __reduce__(self) -> tuple[type[StoreInUse], tuple[str, int | None]]:
+        return type(self), (self.path, self.pid)
 
 
 class OwnedElsewhere(Exception):
@@ -150,6 +165,17 @@ class EpochStore(Protocol):
 
     async def pending(self) -> list[QueuedPrompt]:
         """Every queued prompt not yet settled, oldest first."""
+        ...
+
+    async def identity(self) -> str:
+        """The store's id: generated the first time it is asked for and kept in the store, so
+        every daemon of this store, and only of this store, marks its harnesses with it."""
+        ...
+
+    def exclusive(self) -> AbstractAsyncContextManager[None]:
+        """Held by the daemon serving this store for its whole life. A single-host store lets
+        one daemon in (a second raises ``StoreInUse`` naming the holder's pid); a shared store
+        leaves this to each host's lease and holds nothing."""
         ...
 
     async def aclose(self) -> None:

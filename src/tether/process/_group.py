@@ -26,7 +26,7 @@ from ._spawn import spawn_process
 from ._table import (
     EPOCH_VAR,
     GROUP_VAR,
-    HOST_VAR,
+    INHERITED,
     SESSION_VAR,
     descendants,
     marks,
@@ -192,8 +192,9 @@ class ChildGroup:
         full_env[SESSION_VAR] = self.session
         full_env[EPOCH_VAR] = str(self.epoch)
         full_env[GROUP_VAR] = self._group_id
-        if HOST_VAR in os.environ:
-            full_env.setdefault(HOST_VAR, os.environ[HOST_VAR])
+        for var in INHERITED:
+            if var in os.environ:
+                full_env.setdefault(var, os.environ[var])
         pid = spawn_process(argv, full_env, None if cwd is None else os.fspath(cwd))
         child = Child._create(
             ProcessRef.of(pid), argv, name or os.path.basename(argv[0]), self.grace

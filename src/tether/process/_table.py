@@ -20,6 +20,9 @@ SESSION_VAR = "TETHER_SESSION"
 EPOCH_VAR = "TETHER_EPOCH"
 GROUP_VAR = "TETHER_GROUP"
 HOST_VAR = "TETHER_HOST"
+STORE_VAR = "TETHER_STORE_ID"
+INHERITED = (HOST_VAR, STORE_VAR)
+"""Marks a ``ChildGroup`` passes on from its owner's environment to every child."""
 
 
 def snapshot() -> dict[int, Stat]:
@@ -70,6 +73,9 @@ class Mark:
     host: str | None = None
     """The host id of the daemon that started the session's harness (several daemons acting
     as hosts can share one machine; a twin is only a twin on its own host)."""
+    store: str | None = None
+    """The id of the store whose daemon started the session's harness: two daemons with
+    separate stores may both run a session of the same name, and neither's is the other's."""
 
 
 def marks(pid: int) -> Mark | None:
@@ -91,7 +97,9 @@ def marks(pid: int) -> Mark | None:
     session = env.get(SESSION_VAR)
     if session is None:
         return None
-    return Mark(session, env.get(EPOCH_VAR, ""), env.get(GROUP_VAR), env.get(HOST_VAR))
+    return Mark(
+        session, env.get(EPOCH_VAR, ""), env.get(GROUP_VAR), env.get(HOST_VAR), env.get(STORE_VAR)
+    )
 
 
 _EXEC_WAIT = 0.2

@@ -7,7 +7,7 @@ import os
 import psutil
 
 from ._ref import ProcessRef
-from ._table import HOST_VAR, marks
+from ._table import HOST_VAR, STORE_VAR, marks
 
 
 class _Own:
@@ -26,6 +26,7 @@ def find_twins(
     exclude_epoch: int | None = None,
     epoch: int | None = None,
     host: str | _Own | None = _OWN,
+    store: str | _Own | None = _OWN,
 ) -> list[ProcessRef]:
     """Processes whose environment marks ``session`` (``TETHER_SESSION``), except this epoch's.
 
@@ -39,16 +40,20 @@ def find_twins(
         epoch: only processes marked with this epoch (what a dead harness left behind).
         host: only processes of this host id (``TETHER_HOST``; ``None``: unmarked ones);
             by default this process's own.
+        store: only processes of this store's daemon (``TETHER_STORE_ID``; ``None``:
+            unmarked ones); by default this process's own.
     """
     if isinstance(host, _Own):
         host = os.environ.get(HOST_VAR)
+    if isinstance(store, _Own):
+        store = os.environ.get(STORE_VAR)
     me = os.getpid()
     found: list[ProcessRef] = []
     for pid in psutil.pids():
         if pid == me:
             continue
         mark = marks(pid)
-        if mark is None or mark.session != session or mark.host != host:
+        if mark is None or mark.session != session or mark.host != host or mark.store != store:
             continue
         if exclude_epoch is not None and mark.epoch == str(exclude_epoch):
             continue
