@@ -86,7 +86,8 @@ def test_the_type_tag_is_the_snake_case_class_name() -> None:
         (b'{"type": "prompt", "id": "p", "text": "t", "meta": []}', "'meta' must be a finite dict"),
         (b"\xff\xfe", "invalid JSON"),
         # issue 15, row 1: nothing a peer sends may raise anything but ProtocolError
-        (b"[" * 1000 + b"]" * 1000, "nested deeper than 32"),
+        # (whether a 1,000-deep list parses depends on the recursion limit; never a crash)
+        (b"[" * 1000 + b"]" * 1000, "nested deeper than 32|a frame must hold a JSON object"),
         (b'{"type":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested deeper than 32"),
         (
             b'{"type":"hello","session":"s","epoch":1,"pid":1,"create_time":' + b"9" * 400 + b"}",

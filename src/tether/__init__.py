@@ -12,6 +12,7 @@ from .agentd import AgentEvent as AgentEvent
 from .agentd import Attached as Attached
 from .agentd import Delivered as Delivered
 from .agentd import DeliveryFailed as DeliveryFailed
+from .agentd import PromptTooLarge as PromptTooLarge
 from .agentd import SessionFailed as SessionFailed
 from .agentd import SessionStatus as SessionStatus
 from .agentd import StartFailed as StartFailed
@@ -37,6 +38,7 @@ from .epochs import OwnedElsewhere as OwnedElsewhere
 from .epochs import QueuedPrompt as QueuedPrompt
 from .epochs import SessionRecord as SessionRecord
 from .epochs import SqliteEpochStore as SqliteEpochStore
+from .epochs import StoreInUse as StoreInUse
 from .epochs import StoreUnavailable as StoreUnavailable
 from .epochs import Superseded as Superseded
 from .harness import HarnessContext as HarnessContext
@@ -115,6 +117,7 @@ __all__ = [
     "Attached",
     "Delivered",
     "DeliveryFailed",
+    "PromptTooLarge",
     "SessionFailed",
     "SessionStatus",
     "StartFailed",
@@ -140,6 +143,7 @@ __all__ = [
     "SignalEvent",
     "SpawnError",
     "SqliteEpochStore",
+    "StoreInUse",
     "StoreUnavailable",
     "Superseded",
     "ToolCall",

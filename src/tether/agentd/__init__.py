@@ -7,6 +7,7 @@ from ._outcomes import AgentdError as AgentdError
 from ._outcomes import Attached as Attached
 from ._outcomes import Delivered as Delivered
 from ._outcomes import DeliveryFailed as DeliveryFailed
+from ._outcomes import PromptTooLarge as PromptTooLarge
 from ._outcomes import SessionFailed as SessionFailed
 from ._outcomes import SessionStatus as SessionStatus
 from ._outcomes import StartFailed as StartFailed
@@ -19,6 +20,7 @@ __all__ = [
     "Attached",
     "Delivered",
     "DeliveryFailed",
+    "PromptTooLarge",
     "SessionFailed",
     "SessionStatus",
     "StartFailed",

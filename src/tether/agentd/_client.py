@@ -6,9 +6,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import trio
+
 from ..channels import ChannelClosed
-from ..wire import Control, Error, ProtocolError, Reply, connect
+from ..wire import Connection, Control, Error, ProtocolError, Reply, ServerBusy, connect, encode
 from ._outcomes import AgentdError
+
+BUSY_FOR = 5.0
+"""Seconds a client keeps retrying a daemon whose listen queue is full."""
 
 
 def default_socket() -> str:
@@ -20,16 +25,22 @@ async def request(socket_path: str, op: str, session: str = "", text: str = "") 
     """Send one ``Control`` and return the daemon's ``Reply``. Every operation of the daemon
     is bounded, so this is too (wrap it in ``trio.fail_after`` for a tighter bound).
 
+    A daemon whose listen queue is full (a burst of clients) is retried with backoff for
+    ``BUSY_FOR`` seconds.
+
     Raises:
-        AgentdError: the daemon refused the request (its reason) or is unreachable.
+        AgentdError: the daemon refused the request (its reason), is unreachable, or stayed
+            busy; or the request is too large to send.
     """
+    control = Control(op, session, text)
     try:
-        connection = await connect(socket_path)
-    except OSError as exc:
-        raise AgentdError(session, f"no agentd at {socket_path}: {exc}") from None
+        encode(control)
+    except ProtocolError as exc:
+        raise AgentdError(session, f"the {op} request cannot be sent: {exc.reason}") from None
+    connection = await _connect(socket_path, session)
     async with connection:
         try:
-            await connection.send(Control(op, session, text))
+            await connection.send(control)
             answer = await connection.receive()
         except (ChannelClosed, ProtocolError) as exc:
             raise AgentdError(session, f"agentd closed the connection: {exc}") from None
@@ -38,3 +49,19 @@ async def request(socket_path: str, op: str, session: str = "", text: str = "") 
     if not isinstance(answer, Reply):
         raise AgentdError(session, f"agentd answered with {type(answer).__name__}")
     return answer.result
+
+
+async def _connect(socket_path: str, session: str) -> Connection:
+    delay = 0.01
+    with trio.move_on_after(BUSY_FOR):
+        while True:
+            try:
+                return await connect(socket_path)
+            except ServerBusy:
+                await trio.sleep(delay)
+                delay = min(2 * delay, 0.5)
+            except OSError as exc:
+                raise AgentdError(session, f"no agentd at {socket_path}: {exc}") from None
+    raise AgentdError(
+        session, f"agentd at {socket_path} is busy: its listen queue stayed full for {BUSY_FOR:g}s"
+    )

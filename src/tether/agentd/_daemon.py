@@ -11,6 +11,13 @@ Every decision about a session happens under that session's lock, in ``start_age
   stopped if it has not exited within ``grace``; then a fresh spawn;
 - a dead harness or none: spawn (``spawned`` the first time, ``respawned`` after).
 
+A harness is a phantom only on evidence that the daemon was not the late one: silence is
+counted on the daemon's awake clock (time its own loop ran late is not counted), and a harness
+found silent gets one more ping with a fresh deadline (and, if it is runnable but starved, one
+more ``patience``) before it is declared a phantom; agentd then respawns it itself, within the
+restart limit. Spawns run at most ``spawn_limit`` at a time, and the start timeout counts from
+when a spawn's turn comes.
+
 Harnesses are not owned by a ``ChildGroup``: the daemon's own restart must leave them running.
 Their identity ``(pid, create_time, boot_id, epoch)`` is saved in the store, and a restarted
 daemon adopts the live ones by identity and waits ``miss_limit`` heartbeats for them to
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -38,7 +46,7 @@ import attrs
 import psutil
 import trio
 
-from ..channels import Receiver, channel
+from ..channels import ChannelClosed, Receiver, channel
 from ..epochs import (
     EpochStore,
     LeasedEpochStore,
@@ -61,12 +69,15 @@ from ..process import (
     stop_tree,
     stop_trees,
 )
+from ..process._table import STORE_VAR
 from ..wire import (
     Bye,
     Connection,
     Control,
     Error,
+    FrameTooLarge,
     Hello,
+    Message,
     Nudge,
     Pong,
     Prompt,
@@ -74,15 +85,20 @@ from ..wire import (
     Reply,
     Superseded,
     Welcome,
+    encode,
     serve,
 )
+from ._awake import AwakeClock
 from ._events import AgentEvent, EventLog
+from ._guard import Throttle, guarded
 from ._link import Link
 from ._outcomes import (
+    AgentdError,
     Attached,
     Delivered,
     DeliveryFailed,
     How,
+    PromptTooLarge,
     SessionFailed,
     SessionStatus,
     StartFailed,
@@ -93,6 +109,10 @@ logger = logging.getLogger("tether.agentd")
 
 _REFUSED = (SessionFailed, StartFailed, Unconfirmed, OwnedElsewhere, StoreUnavailable, SpawnError)
 """Why ``start_agent`` can refuse: each names the session and the reason."""
+_ANSWERED = (AgentdError, OwnedElsewhere, StoreUnavailable, SpawnError, ValueError)
+"""What a control request can fail with, answered to its client as an ``Error``."""
+REPLY_TIMEOUT = 5.0
+"""Seconds a control client has to read its reply before its connection is closed."""
 
 _SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -114,6 +134,8 @@ class _Harness:
     exited: trio.Event = attrs.field(factory=trio.Event)
     code: int | None = None
     retired: trio.Event | None = None
+    judging: bool = False
+    """Whether a task is making sure it is a phantom (the watchdog starts one at a time)."""
 
 
 @attrs.define(eq=False)
@@ -156,6 +178,8 @@ class Agentd:
         adopt: on a ``LeasedEpochStore``, take over every session whose owner's lease ends
             (and those found without an owner at start and every ``lease_ttl``), instead of
             only when asked for one.
+        spawn_limit: harnesses started at once (default: twice the CPUs); a start waiting
+            its turn does not count against ``start_timeout``.
     """
 
     def __init__(
@@ -174,11 +198,18 @@ class Agentd:
         env: Mapping[str, str] | None = None,
         reap_orphans: bool = False,
         adopt: bool = False,
+        spawn_limit: int | None = None,
     ) -> None:
         if not harness_argv:
             raise ValueError("harness_argv must name a program")
         if heartbeat <= 0 or miss_limit < 1 or delivery_attempts < 1:
             raise ValueError("heartbeat, miss_limit and delivery_attempts must be positive")
+        if start_timeout <= 0 or grace < 0:
+            raise ValueError("start_timeout must be positive and grace not negative")
+        if spawn_limit is None:
+            spawn_limit = 2 * (os.cpu_count() or 1)
+        if spawn_limit < 1:
+            raise ValueError("spawn_limit must be at least 1")
         self.store = store
         self.socket_path = os.fspath(socket_path)
         self.harness_argv = tuple(harness_argv)
@@ -194,6 +225,13 @@ class Agentd:
         self.env = dict(os.environ if env is None else env)
         self.reap_orphans = reap_orphans
         self.adopt = adopt
+        self.spawn_limit = spawn_limit
+        self.store_id: str | None = None
+        """The store's id (``EpochStore.identity``), read at start: every harness carries it
+        as ``TETHER_STORE_ID``, and sweeps touch only processes that do."""
+        self._clock = AwakeClock()
+        self._spawning = trio.CapacityLimiter(spawn_limit)
+        self._throttle = Throttle()
         self._leased = store if isinstance(store, LeasedEpochStore) else None
         self.host = self._leased.host_id if self._leased is not None else None
         """The host id harnesses and records carry (``None`` on a single-host store)."""
@@ -232,12 +270,23 @@ class Agentd:
         ``<state_dir>/agentd.events.jsonl``) as JSON lines.
 
         Raises:
-            StoreUnavailable: (in an exception group) a shared store was unreachable at start.
+            StoreInUse: another daemon serves this (single-host) store; it names the pid.
+            StoreUnavailable: (perhaps in an exception group) the store was unreachable at
+                start.
             HostIdInUse: (in an exception group) another daemon took this host's id; the block
                 is cancelled and the daemon stands down.
         """
         if self._nursery is not None:
             raise RuntimeError("this Agentd is already running")
+        async with self.store.exclusive():
+            self.store_id = await self.store.identity()
+            async with self._serving(stop_harnesses, log_path):
+                yield self
+
+    @contextlib.asynccontextmanager
+    async def _serving(
+        self, stop_harnesses: bool, log_path: str | os.PathLike[str] | None
+    ) -> AsyncIterator[None]:
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         self.events = EventLog(
             log_path
@@ -259,9 +308,9 @@ class Agentd:
                 if self.adopt and self._leased is not None:
                     await nursery.start(self._take_over_released, self._leased)
                 for queued in await self.store.pending():
-                    nursery.start_soon(self._redeliver, queued, name=f"redeliver {queued.id}")
+                    self._spawn_task(self._redeliver, queued, name=f"redeliver {queued.id}")
                 try:
-                    yield self
+                    yield
                 finally:
                     if stop_harnesses:
                         with trio.CancelScope(shield=True):
@@ -281,9 +330,11 @@ class Agentd:
         return self.events.subscribe(capacity)
 
     def _spawn_task(self, fn: Any, *args: Any, name: str) -> None:
+        """Start a task of one session's, ``guarded`` so that whatever it raises ends it
+        alone, never the daemon."""
         if self._nursery is None:
             raise RuntimeError("the daemon is not running: use `async with agentd.running()`")
-        self._nursery.start_soon(fn, *args, name=name)
+        self._nursery.start_soon(guarded, name, fn, *args, name=name)
 
     def _emit(
         self,
@@ -347,7 +398,7 @@ class Agentd:
                     detail=f"pid {record.pid} is gone (found dead after a restart)",
                 )
                 continue
-            harness = _Harness(ref, record.epoch, None, since=trio.current_time())
+            harness = _Harness(ref, record.epoch, None, since=self._clock.now())
             if self._leased is not None and not await self._leased.claim(name, record.epoch):
                 self._emit(session, "superseded", harness, "another host took it over")
                 self._spawn_task(self._confirm_exit, session, harness, name=f"superseded {name}")
@@ -487,6 +538,18 @@ class Agentd:
     # -- connections ------------------------------------------------------------------------
 
     async def _handle(self, connection: Connection) -> None:
+        """One connection, from its first frame to its close. Whatever it meets ends it
+        alone: a bad frame is refused (``serve`` answers ``ProtocolError``), anything else is
+        logged as a bug and the connection closed, and the daemon serves on."""
+        try:
+            await self._converse(connection)
+        except (ProtocolError, ChannelClosed):
+            raise
+        except Exception:  # one connection's bug must not end the daemon
+            logger.exception("connection of pid %d failed; closing it", connection.peer.pid)
+            await connection.refuse(ProtocolError("agentd failed on this request; see its log"))
+
+    async def _converse(self, connection: Connection) -> None:
         with trio.move_on_after(self.start_timeout) as first:
             message = await connection.receive()
         if first.cancelled_caught:
@@ -525,7 +588,7 @@ class Agentd:
         ):
             # The holder of the current epoch, which this daemon has lost track of (its record
             # was overwritten, or a stop did not take): it is the session's harness.
-            harness = session.harness = _Harness(ref, hello.epoch, None, trio.current_time())
+            harness = session.harness = _Harness(ref, hello.epoch, None, self._clock.now())
             self._emit(session, "adopted", harness, "it said hello with the current epoch")
             self._spawn_task(self._watch_exit, session, harness, name=f"watch {session.name}")
         refusal = None
@@ -536,8 +599,8 @@ class Agentd:
         elif harness.retired is not None:
             refusal = "it is being stopped"
         if refusal is not None:
-            await connection.send(Superseded(session.name, hello.epoch, current or 0))
-            stale = _Harness(ref, hello.epoch, None, since=trio.current_time())
+            await _send_within(connection, Superseded(session.name, hello.epoch, current or 0))
+            stale = _Harness(ref, hello.epoch, None, since=self._clock.now())
             self._emit(session, "superseded", stale, refusal)
             if harness is None or harness.ref != ref or harness.retired is None:
                 self._spawn_task(self._confirm_exit, session, stale, name=f"superseded {ref.pid}")
@@ -547,7 +610,7 @@ class Agentd:
         if old is not None:  # it reconnected before we saw the old connection drop
             old.close()
             await old.connection.aclose()
-        link = Link(connection, ref, hello.epoch)
+        link = Link(connection, ref, hello.epoch, self._clock)
         if not await link.send(Welcome(session.name, hello.epoch, self.heartbeat)):
             return
         harness.link = link
@@ -557,13 +620,15 @@ class Agentd:
         harness.hello.set()
         self._emit(session, "attached", harness, "" if first_hello else "reconnected")
         try:
-            await self._read(link)
+            with link.reading:
+                await self._read(link)
         finally:
             link.close()
+            link.detached.set()
             if harness.link is link:
                 harness.link = None
                 harness.linked = trio.Event()
-                harness.since = trio.current_time()
+                harness.since = self._clock.now()
                 if not harness.exited.is_set() and harness.retired is None:
                     session.state = "disconnected"
                     self._emit(session, "detached", harness)
@@ -583,38 +648,143 @@ class Agentd:
     # -- the watchdog -----------------------------------------------------------------------
 
     async def _watchdog(self) -> None:
-        """Once a heartbeat, for every session: ping each attached harness, and call it a
-        phantom once it has not answered for ``patience``; a live harness without a
-        connection for ``patience`` is a phantom too. Orphans are reaped if we own them.
+        """Once a heartbeat, for every session: ping each attached harness, and have each one
+        silent for ``patience`` (or live and unconnected that long) judged; reap orphans if
+        we own them.
 
-        One task ticks for all sessions, so an idle daemon wakes once per heartbeat plus once
-        per pong, however many sessions it holds.
+        It wakes at a known deadline, so how late it runs is how long the daemon itself was
+        away: that time goes to the awake clock and counts against no harness. One task ticks
+        for all sessions, so an idle daemon wakes once per heartbeat plus once per pong,
+        however many sessions it holds.
         """
+        due = trio.current_time() + self.heartbeat
         while True:
-            await trio.sleep(self.heartbeat)
-            now = trio.current_time()
-            for session in list(self._sessions.values()):
-                harness = session.harness
-                if harness is None or harness.retired is not None or harness.exited.is_set():
+            await trio.sleep_until(due)
+            late = self._clock.woke(due)
+            if late > self.heartbeat:
+                logger.warning(
+                    "agentd ran %.1fs late (stopped, or starved of CPU); harnesses are not"
+                    " blamed for it",
+                    late,
+                )
+            try:
+                await self._tick()
+            except Exception:  # the watchdog must outlive any one bad tick
+                logger.exception("agentd watchdog tick failed; the next one follows")
+            due = trio.current_time() + self.heartbeat
+
+    async def _tick(self) -> None:
+        now = self._clock.now()
+        for session in list(self._sessions.values()):
+            harness = session.harness
+            if (
+                harness is None
+                or harness.retired is not None
+                or harness.exited.is_set()
+                or harness.judging
+            ):
+                continue
+            link = harness.link
+            if link is not None and not link.closed:
+                if link.silence() <= self.patience:
+                    # Only a full socket buffer blocks: a harness that stopped reading.
+                    with trio.move_on_after(self.heartbeat / 4):
+                        await link.ping()
                     continue
-                link = harness.link
-                if link is not None:
-                    silent = now - link.last_pong
-                    if silent <= self.patience:
-                        # Only a full socket buffer blocks: a harness that stopped reading.
-                        with trio.move_on_after(self.heartbeat / 4):
-                            await link.ping()
-                        continue
-                    detail = f"no pong for {silent:.1f}s ({self.miss_limit} heartbeats)"
-                elif _awaiting_connection(harness) and now - harness.since > self.patience:
-                    detail = f"no connection for {now - harness.since:.1f}s"
-                else:
-                    continue
-                self._emit(session, "phantom", harness, detail)
-                self._spawn_task(self._retire, session, harness, "phantom", name="retire")
-            if self.reap_orphans:
+            elif not (_awaiting_connection(harness) and now - harness.since > self.patience):
+                continue
+            harness.judging = True
+            self._spawn_task(self._judge, session, harness, name=f"judge {session.name}")
+        if self.reap_orphans:
+            try:
                 for pid, code in reap_orphans():
                     logger.info("reaped orphan pid %d (exit status %d)", pid, code)
+            except OSError as exc:  # EMFILE and friends: the next tick tries again
+                self._throttle.warn("reap", "cannot reap orphans now: %s", exc)
+
+    def _silence(self, harness: _Harness) -> float:
+        """Awake seconds since the harness's last sign of life (a pong, its spawn, its
+        adoption, its disconnection)."""
+        last = harness.since
+        if harness.link is not None:
+            last = max(last, harness.link.last_pong)
+        return self._clock.now() - last
+
+    async def _answers(self, harness: _Harness, window: float) -> bool:
+        """Whether the harness's loop answers a ping within ``window`` (waiting for it to
+        connect meanwhile). A window during which the daemon itself ran late is given again
+        (twice at most); a harness that is runnable but starved of CPU (``/proc`` state
+        ``R``) gets one more ``patience``. Bounded by ``3 * window + patience``."""
+        for _ in range(3):
+            lag = self._clock.lag
+            with trio.move_on_after(window):
+                return await self._ping_until_answered(harness)
+            if self._clock.lag - lag < window / 2:
+                break
+        if harness.ref.state() == "R":
+            logger.info(
+                "harness pid %d is runnable but silent: giving it %.1fs more",
+                harness.ref.pid,
+                self.patience,
+            )
+            with trio.move_on_after(self.patience):
+                return await self._ping_until_answered(harness)
+        return False
+
+    async def _ping_until_answered(self, harness: _Harness) -> bool:
+        while not harness.exited.is_set() and harness.retired is None:
+            link = harness.link
+            if link is None:
+                await harness.linked.wait()
+            elif link.closed:
+                await link.detached.wait()
+            elif await link.roundtrip():
+                return True
+        await trio.lowlevel.checkpoint()
+        return False
+
+    async def _judge(self, session: _Session, harness: _Harness) -> None:
+        """Make sure a silent harness is a phantom before saying so: a confirming ping with a
+        fresh deadline (``_answers``). A phantom's tree is stopped and reaped, and the session
+        respawned, within its restart limit."""
+        try:
+            if await self._answers(harness, self.heartbeat):
+                logger.info(
+                    "session %s: harness pid %d answered the confirming ping",
+                    session.name,
+                    harness.ref.pid,
+                )
+                return
+            detail = self._why_phantom(harness)
+            async with session.lock:
+                if session.harness is not harness or harness.retired is not None:
+                    return
+                if harness.exited.is_set():
+                    return
+                self._emit(session, "phantom", harness, detail)
+                await self._retire(session, harness, "phantom")
+                await self._respawn(session)
+        finally:
+            harness.judging = False
+
+    def _why_phantom(self, harness: _Harness) -> str:
+        silence = self._silence(harness)
+        if harness.link is not None:
+            return (
+                f"no pong for {silence:.1f}s ({self.miss_limit} heartbeats and a confirming"
+                " ping)"
+            )
+        return f"no connection for {silence:.1f}s"
+
+    async def _respawn(self, session: _Session) -> None:
+        """Start a fresh harness for a session whose harness was a phantom (the session lock
+        is held); a refusal (the restart limit, a lost lease) is logged and stands."""
+        if session.state in ("failed", "stopped") or not self.confirmed():
+            return
+        try:
+            await self._spawn(session, "respawned")
+        except _REFUSED as exc:
+            logger.warning("session %s: not respawned after a phantom: %s", session.name, exc)
 
     async def _watch_exit(self, session: _Session, harness: _Harness) -> None:
         """Wait for the harness to exit (through its pidfd if ours, else by polling its
@@ -639,8 +809,13 @@ class Agentd:
         self._emit(session, "exited", harness, f"code {code}")
 
     async def _sweep(self, session: _Session, epoch: int) -> None:
-        """Stop what a dead harness left behind: processes still marked with its epoch."""
-        left = set(find_twins(session.name, epoch=epoch, host=self.host))
+        """Stop what a dead harness left behind: processes still marked with its epoch, its
+        host and this store (another daemon's harness of the same name is not ours)."""
+        try:
+            left = set(find_twins(session.name, epoch=epoch, host=self.host, store=self.store_id))
+        except OSError as exc:  # EMFILE and friends: logged, never fatal
+            self._throttle.warn("sweep", "session %s: cannot sweep now: %s", session.name, exc)
+            return
         if left:
             logger.warning(
                 "session %s: stopping %d processes left by epoch %d",
@@ -709,7 +884,9 @@ class Agentd:
     async def start_agent(self, session_name: str) -> Attached:
         """Make sure the session has one healthy harness attached; say how.
 
-        Bounded by ``2 * patience + 2 * grace + 1 + start_timeout`` seconds.
+        Bounded by ``3 * patience + 3 * heartbeat + 2 * grace + 1 + start_timeout`` seconds
+        once a spawn's turn comes (``spawn_limit``): a silent harness is given its patience,
+        a confirming window and, if it is runnable but starved, one more patience.
 
         Raises:
             SessionFailed: the session hit its restart limit (until ``reset``).
@@ -751,17 +928,11 @@ class Agentd:
             return await self._spawn(session, "respawned" if session.known else "spawned")
 
     async def _healthy(self, harness: _Harness) -> bool:
-        """Whether the harness's loop answers a ping before ``patience`` passes since its last
-        sign of life; waits for a reconnect meanwhile."""
-        last = harness.since if harness.link is None else max(harness.since, harness.link.last_pong)
-        with trio.move_on_at(last + self.patience):
-            while not harness.exited.is_set() and harness.retired is None:
-                link = harness.link
-                if link is None:
-                    await harness.linked.wait()
-                elif await link.roundtrip():
-                    return True
-        return False
+        """Whether the harness's loop answers a ping before ``patience`` passes (on the awake
+        clock) since its last sign of life, and at least a heartbeat from now; waits for a
+        reconnect meanwhile."""
+        window = max(self.patience - self._silence(harness), self.heartbeat)
+        return await self._answers(harness, window)
 
     async def _supersede(self, session: _Session, harness: _Harness, current: int | None) -> None:
         link = harness.link
@@ -776,8 +947,11 @@ class Agentd:
         epoch = await self.store.bump(session.name)  # first: a refused bump is no restart
         if how == "respawned":
             self._count_restart(session)
+        async with self._spawning:  # the start timeout counts from here
+            return await self._spawn_now(session, how, epoch)
+
+    async def _spawn_now(self, session: _Session, how: How, epoch: int) -> Attached:
         directory = os.path.join(self.state_dir, session.name)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
         env = {
             **self.env,
             "TETHER_SESSION": session.name,
@@ -788,19 +962,14 @@ class Agentd:
         }
         if self.host is not None:
             env["TETHER_HOST"] = self.host
-        log = os.open(
-            os.path.join(directory, "harness.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-        )
+        if self.store_id is not None:
+            env[STORE_VAR] = self.store_id
         try:
-            child = await start(
-                self.harness_argv, env=env, name="harness", grace=self.grace, output=log
-            )
+            child = await self._start_harness(directory, env)
         except SpawnError as exc:
             self._emit(session, "spawn_failed", None, str(exc), epoch=epoch)
             raise
-        finally:
-            os.close(log)
-        harness = _Harness(child.ref, epoch, child, since=trio.current_time())
+        harness = _Harness(child.ref, epoch, child, since=self._clock.now())
         session.harness = harness
         session.known = True
         session.state = "starting"
@@ -821,6 +990,28 @@ class Agentd:
         self._emit(session, "spawn_failed", harness, reason)
         await self._retire(session, harness, "no hello")
         raise StartFailed(session.name, reason)
+
+    async def _start_harness(self, directory: str, env: dict[str, str]) -> Child:
+        """Start the harness program with its log as stdout and stderr.
+
+        Raises:
+            SpawnError: it cannot be executed, or its directory or log cannot be opened
+                (a full disk, a descriptor limit).
+        """
+        path = os.path.join(directory, "harness.log")
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            code = exc.errno or errno.EIO
+            detail = f"cannot open {path}: {os.strerror(code)}"
+            raise SpawnError(self.harness_argv[0], code, detail) from exc
+        try:
+            return await start(
+                self.harness_argv, env=env, name="harness", grace=self.grace, output=log
+            )
+        finally:
+            os.close(log)
 
     def _count_restart(self, session: _Session) -> None:
         limit, window = self.restart_limit
@@ -888,11 +1079,16 @@ class Agentd:
         prompts are sent again with the same ``id``.
 
         Raises:
+            PromptTooLarge: its frame would exceed ``tether.wire.MAX_FRAME``; it was not
+                queued.
+            ValueError: its ``meta`` cannot be framed (nested too deep, an integer beyond
+                64 bits); it was not queued.
             DeliveryFailed: naming every attempt and why it failed.
         """
-        session = self._session(session_name)
         if isinstance(prompt, str):
             prompt = Prompt(uuid.uuid4().hex, prompt, {})
+        _check_framable(session_name, prompt)  # first: a refused prompt touches nothing
+        session = self._session(session_name)
         if not self.confirmed():
             error = DeliveryFailed(session.name, prompt.id, [f"not accepted: {self._lease_lost()}"])
             self._emit(session, "delivery_failed", None, error.reason)
@@ -912,7 +1108,12 @@ class Agentd:
                 self._emit(
                     session, "delivered", session.harness, f"prompt {prompt.id} attempt {attempt}"
                 )
-                await self.store.settle(session.name, prompt.id, "delivered")
+                try:
+                    await self.store.settle(session.name, prompt.id, "delivered")
+                except StoreUnavailable as exc:  # delivered all the same; redelivered later
+                    logger.warning(
+                        "session %s: prompt %s not settled: %s", session.name, prompt.id, exc
+                    )
                 return Delivered(session.name, prompt.id, outcome.pid, outcome.epoch, attempt)
             failures.append(f"attempt {attempt}: {outcome}")
             self._emit(
@@ -949,12 +1150,22 @@ class Agentd:
     async def _redeliver(self, queued: QueuedPrompt) -> None:
         """Deliver a prompt queued before a restart or a takeover, unless its session belongs
         to another live host (the prompt stays queued for that host)."""
+        prompt = Prompt(queued.id, queued.text, queued.meta)
+        try:
+            _check_framable(queued.session, prompt)
+        except ValueError as exc:  # queued by an older version: it could never be sent
+            logger.error(  # noqa: TRY400 - the reason is the whole story
+                "session %s: queued prompt %s dropped: %s", queued.session, queued.id, exc
+            )
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.settle(queued.session, queued.id, f"failed: {exc}")
+            return
         with contextlib.suppress(DeliveryFailed, ValueError, StoreUnavailable):
             if self._leased is not None:
                 owner = await self._leased.owner(queued.session)
                 if owner is not None and owner != self.host:
                     return
-            await self.deliver(queued.session, Prompt(queued.id, queued.text, queued.meta))
+            await self.deliver(queued.session, prompt)
 
     # -- stop, reset, status ----------------------------------------------------------------
 
@@ -992,7 +1203,6 @@ class Agentd:
     def status(self) -> list[SessionStatus]:
         """One row per session, sorted by name; while the host lease is not known alive,
         every session this daemon runs is ``unconfirmed``, never healthy."""
-        now = trio.current_time()
         rows = []
         for name in sorted(self._sessions):
             session = self._sessions[name]
@@ -1008,7 +1218,7 @@ class Agentd:
                     state=state,
                     epoch=harness.epoch if harness is not None else None,
                     pid=harness.ref.pid if alive and harness is not None else None,
-                    heartbeat_age=round(now - link.last_pong, 3) if link is not None else None,
+                    heartbeat_age=round(link.silence(), 3) if link is not None else None,
                     restarts=session.restarts,
                     last_event=session.last_event,
                 )
@@ -1040,10 +1250,15 @@ class Agentd:
     async def _control(self, connection: Connection, request: Control) -> None:
         try:
             result = await self._run_control(request)
-        except (*_REFUSED, DeliveryFailed, ValueError) as exc:
-            await connection.send(Error(str(exc)))
+        except _ANSWERED as exc:
+            await _send_within(connection, Error(str(exc)))
             return
-        await connection.send(Reply(result))
+        try:
+            reply: Message = Reply(result)
+            encode(reply)
+        except ProtocolError as exc:  # a reply too large to frame is refused, not sent
+            reply = Error(f"the {request.op} reply cannot be sent: {exc.reason}")
+        await _send_within(connection, reply)
 
     async def _run_control(self, request: Control) -> dict[str, Any]:
         if request.op == "ps":
@@ -1129,3 +1344,33 @@ def _identify(record: SessionRecord) -> ProcessRef | None:
 async def _set_after(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
+
+
+async def _send_within(connection: Connection, message: Message) -> None:
+    """Send ``message`` unless the peer leaves it unread for ``REPLY_TIMEOUT``: a client that
+    never reads pins no task and no descriptor (its connection is closed)."""
+    with trio.move_on_after(REPLY_TIMEOUT) as scope:
+        await connection.send(message)
+    if scope.cancelled_caught:
+        logger.warning(
+            "pid %d left a %s unread for %.0fs; closing its connection",
+            connection.peer.pid,
+            type(message).__name__.lower(),
+            REPLY_TIMEOUT,
+        )
+        await connection.aclose()
+
+
+def _check_framable(session: str, prompt: Prompt) -> None:
+    """Refuse a prompt that no harness could be sent.
+
+    Raises:
+        PromptTooLarge: its frame would exceed the wire's limit.
+        ValueError: its ``meta`` cannot be framed.
+    """
+    try:
+        encode(prompt)
+    except FrameTooLarge as exc:
+        raise PromptTooLarge(session, prompt.id, exc.size, exc.limit) from None
+    except ProtocolError as exc:
+        raise ValueError(f"session {session!r}: prompt {prompt.id}: {exc.reason}") from None

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from ..channels import Receiver, Sender, SendError, channel
+from ._guard import Throttle
 
 logger = logging.getLogger("tether.agentd")
 
@@ -54,7 +55,8 @@ class EventLog:
 
     A subscriber that falls ``capacity`` events behind is cut off (its channel closes after
     what it has buffered, and that is logged), so a slow reader never stalls the daemon.
-    Lines are flushed, not fsynced: the log is a record for people, the store is the truth.
+    Lines are flushed, not fsynced: the log is a record for people, the store is the truth;
+    a line that cannot be written (a full disk) is lost, and that is logged once a minute.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
@@ -63,11 +65,16 @@ class EventLog:
         if path is not None:
             self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self._subscribers: list[Sender[AgentEvent]] = []
+        self._throttle = Throttle()
 
     def emit(self, event: AgentEvent) -> None:
         logger.info("%s", event.describe())
         if self._file is not None:
-            self._file.write(json.dumps(event.to_json(), separators=(",", ":")) + "\n")
+            line = json.dumps(event.to_json(), separators=(",", ":")) + "\n"
+            try:
+                self._file.write(line)
+            except OSError as exc:  # a full disk loses log lines, never the daemon
+                self._throttle.warn("write", "event log %s: cannot write: %s", self.path, exc)
         for subscriber in list(self._subscribers):
             try:
                 subscriber.try_send(event)
@@ -93,5 +100,8 @@ class EventLog:
             subscriber.close()
         self._subscribers.clear()
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError as exc:
+                logger.warning("event log %s: last lines lost: %s", self.path, exc)

@@ -1,7 +1,9 @@
 """``Link``: the daemon's side of one attached harness connection, and its heartbeat.
 
 Health comes only from the harness's connection loop answering pings on this connection
-(systemd's watchdog rule): ``last_pong`` moves when, and only when, a ``Pong`` arrives.
+(systemd's watchdog rule): ``last_pong`` moves when, and only when, a ``Pong`` arrives. A link
+that fails once is closed for good, and closing it ends the task that reads its connection
+(``reading`` is that task's cancel scope), so no caller ever waits on a link nobody reads.
 """
 
 from __future__ import annotations
@@ -11,18 +13,27 @@ import trio
 from ..channels import ChannelClosed
 from ..process import ProcessRef
 from ..wire import Connection, Message, Ping, ProtocolError
+from ._awake import AwakeClock
 
 
 class Link:
     """One attached harness: send with ``send`` (one sender at a time), probe with
     ``roundtrip``; ``pong(seq)`` is fed by the task that reads the connection."""
 
-    def __init__(self, connection: Connection, ref: ProcessRef, epoch: int) -> None:
+    def __init__(
+        self, connection: Connection, ref: ProcessRef, epoch: int, clock: AwakeClock
+    ) -> None:
         self.connection = connection
         self.ref = ref
         self.epoch = epoch
-        self.last_pong = trio.current_time()
+        self.clock = clock
+        self.last_pong = clock.now()
+        """When the harness last answered, on the daemon's awake clock."""
         self.closed = False
+        self.reading = trio.CancelScope()
+        """The scope of the task reading the connection: ``close`` cancels it."""
+        self.detached = trio.Event()
+        """Set once that task has let go of the link."""
         self._send_lock = trio.Lock()
         self._seq = 0
         self._acked = 0
@@ -31,14 +42,20 @@ class Link:
     def __repr__(self) -> str:
         return f"<Link pid={self.ref.pid} epoch={self.epoch} acked={self._acked}>"
 
+    def silence(self) -> float:
+        """Awake seconds since the last pong."""
+        return self.clock.now() - self.last_pong
+
     async def send(self, message: Message) -> bool:
-        """Send ``message``; whether it was written (``False`` once the peer is gone)."""
+        """Send ``message``; whether it was written (``False`` once the link is closed: the
+        peer went away, or the message could not be framed). Always a checkpoint."""
         if self.closed:
+            await trio.lowlevel.checkpoint()
             return False
         async with self._send_lock:
             try:
                 await self.connection.send(message)
-            except (ChannelClosed, ProtocolError, trio.ClosedResourceError):
+            except (ChannelClosed, ProtocolError, trio.ClosedResourceError, trio.BusyResourceError):
                 self.close()
                 return False
         return True
@@ -53,20 +70,22 @@ class Link:
         """Record the harness's answer to ``Ping(seq)``."""
         if seq > self._acked:
             self._acked = seq
-        self.last_pong = trio.current_time()
+        self.last_pong = self.clock.now()
         self._wake()
 
     async def roundtrip(self) -> bool:
         """Ping now and wait for the answer; ``False`` if the link closes first. Every message
-        sent before is then known to have been read by the harness's loop, in order."""
+        sent before is then known to have been read by the harness's loop, in order. Always a
+        checkpoint, so a caller looping on it cannot spin."""
         seq = await self.ping()
         while seq and self._acked < seq and not self.closed:
             await self._changed.wait()
         return bool(seq) and self._acked >= seq
 
     def close(self) -> None:
-        """Mark the link closed and wake every waiter; the connection's task closes it."""
+        """Mark the link closed, end the task reading it and wake every waiter."""
         self.closed = True
+        self.reading.cancel()
         self._wake()
 
     def _wake(self) -> None:

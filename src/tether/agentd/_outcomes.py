@@ -79,6 +79,20 @@ class DeliveryFailed(AgentdError):
         self.attempts = attempts
 
 
+class PromptTooLarge(AgentdError, ValueError):
+    """A prompt whose frame would exceed the wire's limit: refused before it is queued, so it
+    is never stored and never retried."""
+
+    def __init__(self, session: str, prompt_id: str, size: int, limit: int) -> None:
+        super().__init__(
+            session,
+            f"prompt {prompt_id} is {size} bytes on the wire; the limit is {limit} bytes",
+        )
+        self.prompt_id = prompt_id
+        self.size = size
+        self.limit = limit
+
+
 class Unconfirmed(AgentdError):
     """This daemon cannot confirm it still owns the session: its host lease on a shared store
     is lost (or the store is unreachable), so it takes no work for it until it can."""

@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -18,7 +19,7 @@ import trio
 from .. import signals
 from ..agentd import Agentd, AgentdError
 from ..agentd._client import default_socket, request
-from ..epochs import EpochStore, HostIdInUse, SqliteEpochStore, StoreUnavailable
+from ..epochs import EpochStore, HostIdInUse, SqliteEpochStore, StoreInUse, StoreUnavailable
 
 logger = logging.getLogger("tether.cli")
 
@@ -52,6 +53,18 @@ def add_commands(commands: Any) -> None:
     daemon.add_argument("--grace", type=float, default=2.0)
     daemon.add_argument("--restart-limit", type=int, default=5)
     daemon.add_argument("--restart-window", type=float, default=60.0)
+    daemon.add_argument(
+        "--start-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a new harness has to say hello, counted from its turn to start",
+    )
+    daemon.add_argument(
+        "--spawn-limit",
+        type=int,
+        default=None,
+        help="harnesses started at once (default: twice the CPUs)",
+    )
     daemon.add_argument(
         "--stop-harnesses", action="store_true", help="stop every harness when the daemon stops"
     )
@@ -145,6 +158,7 @@ async def _daemon(args: argparse.Namespace) -> int:
             level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
         )
         logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
+    _raise_fd_limit()
     socket_path = args.socket
     directory = os.path.dirname(socket_path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -165,12 +179,15 @@ async def _daemon(args: argparse.Namespace) -> int:
                 miss_limit=args.miss_limit,
                 restart_limit=(args.restart_limit, args.restart_window),
                 grace=args.grace,
+                start_timeout=args.start_timeout,
                 state_dir=args.state_dir,
                 reap_orphans=True,
                 adopt=args.adopt,
+                spawn_limit=args.spawn_limit,
             )
             unavailable: BaseException | None = None
             displaced: BaseException | None = None
+            in_use: BaseException | None = None
             try:
                 async with agentd.running(stop_harnesses=args.stop_harnesses):
                     logger.info(
@@ -190,11 +207,16 @@ async def _daemon(args: argparse.Namespace) -> int:
                     )
             except* HostIdInUse as group:
                 displaced = group.exceptions[0]
+            except* StoreInUse as group:
+                in_use = group.exceptions[0]
             except* StoreUnavailable as group:
                 unavailable = group.exceptions[0]
             if displaced is not None:
                 logger.error("agentd stands down: %s", displaced)
                 return 78
+            if in_use is not None:
+                logger.error("agentd cannot start: %s", in_use)
+                return 75
             if unavailable is not None:
                 logger.error("agentd cannot reach its store: %s", unavailable)
                 return 69
@@ -203,3 +225,22 @@ async def _daemon(args: argparse.Namespace) -> int:
                 await store.aclose()
     logger.info("agentd stopped in %.3fs", time.monotonic() - started)
     return 0
+
+
+FD_LIMIT = 65536
+"""The soft limit on open files the daemon raises itself to (if the hard limit allows)."""
+
+
+def _raise_fd_limit() -> None:
+    """Raise the soft limit on open files toward the hard one: each harness and each client
+    costs the daemon a descriptor, and systemd's default soft limit (1024) is soon reached.
+    Capped at ``FD_LIMIT``, since harnesses inherit it and some programs loop over it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = FD_LIMIT if hard == resource.RLIM_INFINITY else min(hard, FD_LIMIT)
+    if soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError) as exc:
+            logger.warning("open files: soft limit %d, hard %d; not raised: %s", soft, hard, exc)
+            return
+    logger.info("open files: soft limit %d (was %d), hard limit %d", max(soft, wanted), soft, hard)

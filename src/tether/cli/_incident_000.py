@@ -53,11 +53,11 @@ async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
         await _until(
             lambda: (
                 any(isinstance(e, ToolCall) for e in _entries(transcript))
-                and len(find_twins(SESSION, epoch=first.epoch)) >= 3
+                and len(find_twins(SESSION, epoch=first.epoch, store=agentd.store_id)) >= 3
             ),
             "the agent and its setsid grandchild",
         )
-        tree = len(find_twins(SESSION, epoch=first.epoch))
+        tree = len(find_twins(SESSION, epoch=first.epoch, store=agentd.store_id))
         log.event("harness", f"tool call running: harness, agent and setsid grandchild ({tree})")
         # The sender stays alive (sleeping) so the harness can read its command line.
         killer = await start(["sh", "-c", 'kill -TERM "$0"; sleep 600', str(first.pid)])
@@ -69,7 +69,10 @@ async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
         sealed = [e for e in _entries(transcript) if isinstance(e, ToolResult)]
         for result in sealed:
             log.event("transcript", f"{result.status}: {result.reason}")
-        await _until(lambda: not find_twins(SESSION, epoch=first.epoch), "the old tree's end")
+        await _until(
+            lambda: not find_twins(SESSION, epoch=first.epoch, store=agentd.store_id),
+            "the old tree's end",
+        )
         started = time.perf_counter()
         second = await agentd.deliver(SESSION, Prompt("p2", "now continue", {"steps": 3}))
         await _until(
@@ -101,7 +104,7 @@ async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
         ),
         Verdict(
             "nothing of the old harness survives",
-            not find_twins(SESSION, epoch=first.epoch),
+            not find_twins(SESSION, epoch=first.epoch, store=agentd.store_id),
             f"{tree} processes before, 0 after",
         ),
         Verdict(

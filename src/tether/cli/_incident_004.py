@@ -57,7 +57,7 @@ async def _supersede(log: Timeline, directory: Path, stray: bool) -> _Reclaimed:
         nursery.start_soon(show_events, log, agentd.subscribe())
         old = await agentd.deliver(session, "think hard")
         with trio.fail_after(20):  # the harness, its agent and the agent's sleeper
-            while len(find_twins(session, epoch=old.epoch)) < 3:  # noqa: ASYNC110
+            while len(find_twins(session, epoch=old.epoch, store=agentd.store_id)) < 3:  # noqa: ASYNC110
                 await trio.sleep(0.01)
         new_epoch = await agentd.store.bump(session)
         log.event("store", f"{session} reclaimed elsewhere: epoch {old.epoch} -> {new_epoch}")
@@ -78,7 +78,12 @@ async def _supersede(log: Timeline, directory: Path, stray: bool) -> _Reclaimed:
     signals = directory / "signals.txt"
     heard = signals.read_text().strip() if signals.exists() else ""
     return _Reclaimed(
-        old, took, delivered, exit_line, heard, len(find_twins(session, epoch=old.epoch))
+        old,
+        took,
+        delivered,
+        exit_line,
+        heard,
+        len(find_twins(session, epoch=old.epoch, store=agentd.store_id)),
     )
 
 
@@ -117,7 +122,7 @@ async def _phantom(log: Timeline, directory: Path) -> _Phantom:
         started = time.perf_counter()
         fresh = await agentd.start_agent("phantom")
         replaced = time.perf_counter() - started
-        left = len(find_twins("phantom", epoch=first.epoch))
+        left = len(find_twins("phantom", epoch=first.epoch, store=agentd.store_id))
         nursery.cancel_scope.cancel()
     return _Phantom(again, reattach, fresh, replaced, left)
 
