@@ -3,6 +3,7 @@
 from ._codec import MAX_DEPTH as MAX_DEPTH
 from ._codec import MAX_FRAME as MAX_FRAME
 from ._codec import MAX_INT as MAX_INT
+from ._codec import FrameTooLarge as FrameTooLarge
 from ._codec import ProtocolError as ProtocolError
 from ._codec import decode as decode
 from ._codec import encode as encode
@@ -33,6 +34,7 @@ __all__ = [
     "Connection",
     "Control",
     "Error",
+    "FrameTooLarge",
     "Hello",
     "Message",
     "Nudge",

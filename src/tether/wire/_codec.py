@@ -38,12 +38,22 @@ class ProtocolError(Exception):
         self.reason = reason
 
 
+class FrameTooLarge(ProtocolError):
+    """A frame's body is ``size`` bytes, over the ``limit`` (``MAX_FRAME``)."""
+
+    def __init__(self, reason: str, size: int, limit: int) -> None:
+        super().__init__(reason)
+        self.size = size
+        self.limit = limit
+
+
 def encode(message: Message) -> bytes:
     """The frame for ``message``: header and body.
 
     Raises:
-        ProtocolError: the body would exceed ``MAX_FRAME``, or a value nests deeper than
-            ``MAX_DEPTH`` or holds an integer beyond ``MAX_INT`` (the peer would refuse it).
+        FrameTooLarge: the body would exceed ``MAX_FRAME``.
+        ProtocolError: a value nests deeper than ``MAX_DEPTH`` or holds an integer beyond
+            ``MAX_INT`` (the peer would refuse it).
     """
     record: dict[str, Any] = {"type": tag_of(type(message))}
     record.update(attrs.asdict(message, recurse=False))
@@ -57,7 +67,11 @@ def encode(message: Message) -> bytes:
     except ValueError as exc:
         raise ProtocolError(f"{record['type']}: {exc}") from None
     if len(body) > MAX_FRAME:
-        raise ProtocolError(f"a {record['type']} frame of {len(body)} bytes exceeds {MAX_FRAME}")
+        raise FrameTooLarge(
+            f"a {record['type']} frame of {len(body)} bytes exceeds {MAX_FRAME}",
+            len(body),
+            MAX_FRAME,
+        )
     return HEADER.pack(len(body)) + body
 
 
@@ -65,11 +79,13 @@ def frame_length(header: bytes) -> int:
     """The body length a header announces.
 
     Raises:
-        ProtocolError: it exceeds ``MAX_FRAME``.
+        FrameTooLarge: it exceeds ``MAX_FRAME``.
     """
     (length,) = HEADER.unpack(header)
     if length > MAX_FRAME:
-        raise ProtocolError(f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit")
+        raise FrameTooLarge(
+            f"frame of {length} bytes exceeds the {MAX_FRAME}-byte limit", length, MAX_FRAME
+        )
     return int(length)
 
 
