@@ -42,8 +42,9 @@ import attrs
 import psutil
 import trio
 
-from tether import Agentd, SqliteEpochStore, scan, wire
+from tether import Agentd, SqliteEpochStore, wire
 from tether.agentd._client import request
+from tether.journal import scan
 
 HERE = Path(__file__).parent
 

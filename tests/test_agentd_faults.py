@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -223,6 +224,9 @@ HOSTILE_HARNESS = """
     elif mode == "pong-then-mute":
         data = s.recv(4096)
         s.sendall(wire.encode(wire.Pong(1)))
+    elif mode == "spin":  # runnable, never answering: a busy loop, or a starved harness
+        while True:
+            pass
     time.sleep(3600)  # mute: reads nothing, answers nothing
 """
 
@@ -325,6 +329,47 @@ async def test_row_3b_many_sessions_and_concurrent_sends_lose_nothing(directory:
     assert "phantom" not in [r["kind"] for r in events(directory)]
 
 
+async def test_row_3_a_runnable_silent_harness_gets_one_more_patience(
+    directory: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A harness in ``/proc`` state ``R`` that does not answer may only be starved of CPU: it
+    is given one more ``patience`` before it is a phantom (a frozen one is not)."""
+    session = unique_session()
+    caplog.set_level(logging.INFO, logger="tether.agentd")
+    monkeypatch.setenv("TETHER_HOSTILE", "spin")
+    try:
+        async with running(directory, argv=python(HOSTILE_HARNESS)) as daemon:
+            spawned = time.monotonic()
+            await daemon.agentd.start_agent(session)
+
+            def phantom() -> bool:
+                return any(r["kind"] == "phantom" for r in events(directory, session))
+
+            await wait_until(phantom, timeout=20)
+            took = time.monotonic() - spawned
+            assert took >= 2 * PATIENCE, f"called a phantom after {took:.2f}s"
+            assert "is runnable but silent" in caplog.text
+    finally:
+        kill_marked(session)
+
+
+async def test_row_3b_a_spawn_waiting_its_turn_does_not_time_out(directory: Path) -> None:
+    """One spawn at a time and a start timeout shorter than all the starts together: each
+    start's clock runs from its turn, so none fails."""
+    sessions = [unique_session() for _ in range(6)]
+    async with running(directory, spawn_limit=1, start_timeout=2.0) as daemon:
+        started = time.monotonic()
+        async with trio.open_nursery() as nursery:
+            for session in sessions:
+                nursery.start_soon(daemon.agentd.start_agent, session)
+        took = time.monotonic() - started
+        assert len(daemon.agentd.attached()) == len(sessions)
+    kinds = [r["kind"] for r in events(directory)]
+    assert "spawn_failed" not in kinds
+    assert kinds.count("spawned") == len(sessions)
+    print(f"{len(sessions)} starts one at a time took {took:.1f}s against a 2.0s start timeout")
+
+
 async def test_row_4_two_daemons_never_touch_each_others_harnesses(tmp_path: Path) -> None:
     """Separate stores, the same session name on each: stopping it on one leaves the other's
     harness alone (the sweep matches the store's id, not only session and epoch)."""
@@ -398,6 +443,7 @@ async def test_row_6_descriptor_exhaustion_backs_off_and_never_kills(tmp_path: P
             assert [(r["state"], r["pid"]) for r in rows] == [("attached", started["pid"])]
         log = (tmp_path / "agentd.log").read_text()
         assert "Too many open files" in log
+        assert "open files: soft limit 64 (was 64), hard limit 64" in log
     finally:
         kill_marked(session)
 
@@ -434,6 +480,33 @@ async def test_row_7_a_locked_database_is_an_error_reply_not_a_dead_daemon(
                 holder.close()
             started = await agentd.start_agent(other)
             assert started.how == "spawned"
+
+
+async def test_row_8_a_full_queue_is_retried_then_named_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket as pysocket
+
+    from tether.agentd import _client
+
+    monkeypatch.setattr(_client, "BUSY_FOR", 0.5)
+    path = tmp_path / "full.sock"
+    listener = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(0)  # and never accepts
+    held = []
+    try:
+        for _ in range(3):  # fill the queue
+            held.append(pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM))
+            held[-1].setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                held[-1].connect(str(path))
+        with trio.fail_after(10), pytest.raises(Exception, match="is busy: its listen queue"):
+            await request(str(path), "ps")
+    finally:
+        for sock in held:
+            sock.close()
+        listener.close()
 
 
 async def test_row_8_a_burst_of_clients_is_served_not_refused(directory: Path) -> None:
@@ -492,6 +565,29 @@ async def test_row_13_a_phantom_is_respawned_by_agentd_itself(directory: Path) -
         assert row.pid != old.pid
         kinds = [r["kind"] for r in events(directory, session)]
         assert kinds.index("phantom") < kinds.index("respawned")
+
+
+async def test_row_13_self_respawn_keeps_to_the_restart_limit(directory: Path) -> None:
+    session = unique_session()
+    async with running(directory, restart_limit=(1, 60.0)) as daemon:
+        await daemon.agentd.start_agent(session)
+        for _ in range(2):  # the first phantom is respawned; the second one is one too many
+            await wait_until(lambda: daemon.agentd.status()[0].state == "attached")
+            daemon.wedge.touch()
+            await wait_until(lambda: not daemon.wedge.exists())
+            phantoms = sum(r["kind"] == "phantom" for r in events(directory, session))
+            await wait_until(
+                lambda phantoms=phantoms: sum(
+                    r["kind"] == "phantom" for r in events(directory, session)
+                )
+                > phantoms
+                or daemon.agentd.status()[0].state == "failed",
+                timeout=10,
+            )
+        await wait_until(lambda: daemon.agentd.status()[0].state == "failed", timeout=10)
+        (row,) = daemon.agentd.status()
+        assert "restart limit" in row.last_event
+        assert harness_processes(session) == []
 
 
 @asynccontextmanager
