@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
+from collections.abc import MutableMapping
 from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
@@ -39,3 +41,14 @@ def boottime() -> float:
 
 
 _BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def reexport(namespace: MutableMapping[str, Any]) -> None:
+    """Give every class and function a package lists in ``__all__`` that package as its
+    ``__module__``, as trio does, so reprs, tracebacks and docs name ``tether.x.Name`` rather
+    than the private module it lives in. Constants, instances and type aliases are left."""
+    package = namespace["__name__"]
+    for name in namespace["__all__"]:
+        value = namespace.get(name)
+        if inspect.isclass(value) or inspect.isfunction(value):
+            value.__module__ = package

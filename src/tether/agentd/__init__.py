@@ -1,6 +1,7 @@
 """The daemon: spawn, reattach or respawn a harness per session, with fencing epochs, a
 durable outbox and restart limits; every outcome is reported and every attempt bounded."""
 
+from .._util import reexport
 from ._daemon import Agentd as Agentd
 from ._events import AgentEvent as AgentEvent
 from ._outcomes import AgentdError as AgentdError
@@ -27,6 +28,4 @@ __all__ = [
     "Unconfirmed",
 ]
 
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name
+reexport(globals())

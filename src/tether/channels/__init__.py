@@ -4,6 +4,7 @@ Dropping the last strong sender closes the channel, so a receiver loop ends inst
 forever, and ``holders()`` says who keeps a channel open when it does not.
 """
 
+from .._util import reexport
 from ._errors import ChannelClosed as ChannelClosed
 from ._errors import SendError as SendError
 from ._handles import Holder as Holder
@@ -36,6 +37,4 @@ __all__ = [
     "watch",
 ]
 
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name
+reexport(globals())

@@ -6,6 +6,7 @@ which the rest of tether never imports.
 
 from typing import TYPE_CHECKING, Any
 
+from .._util import reexport
 from ._sqlite import SqliteEpochStore as SqliteEpochStore
 from ._store import EpochStore as EpochStore
 from ._store import HostIdInUse as HostIdInUse
@@ -34,10 +35,7 @@ __all__ = [
 if TYPE_CHECKING:
     from ._etcd import EtcdEpochStore as EtcdEpochStore
 
-for _name in __all__:
-    if _name in globals():
-        globals()[_name].__module__ = __name__
-del _name
+reexport(globals())
 
 
 def __getattr__(name: str) -> Any:

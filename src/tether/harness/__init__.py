@@ -1,5 +1,6 @@
 """The harness runtime: one nursery owns engine, connection loop and child agents."""
 
+from .._util import reexport
 from ._context import Command as Command
 from ._context import HarnessContext as HarnessContext
 from ._runtime import EXIT_DAEMON_GONE as EXIT_DAEMON_GONE
@@ -20,5 +21,4 @@ __all__ = [
     "run_harness",
 ]
 
-HarnessContext.__module__ = __name__
-run_harness.__module__ = __name__
+reexport(globals())

@@ -1,6 +1,7 @@
 """The job controller: status-based continuation, settled interrupts, a cancel that finishes,
 and a planner woken at least once for every stop."""
 
+from .._util import reexport
 from ._controller import JobController as JobController
 from ._controller import SettleTimeout as SettleTimeout
 from ._fake import FakeBackend as FakeBackend
@@ -27,6 +28,4 @@ __all__ = [
     "Wake",
 ]
 
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name
+reexport(globals())

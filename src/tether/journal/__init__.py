@@ -1,5 +1,6 @@
 """Transcripts: write-ahead tool calls, sealed results, repair of torn and corrupt tails."""
 
+from .._util import reexport
 from ._disk import JournalError as JournalError
 from ._disk import Repair as Repair
 from ._entries import MAX_DEPTH as MAX_DEPTH
@@ -28,7 +29,4 @@ __all__ = [
     "scan",
 ]
 
-for _name in __all__:
-    if _name not in ("Entry", "MAX_DEPTH"):  # a type alias, a constant
-        globals()[_name].__module__ = __name__
-del _name
+reexport(globals())

@@ -1,6 +1,7 @@
 """Stream liveness: a clock per turn that stops while the host sleeps and while a tool runs,
 thresholds per route and phase from a ledger of healthy turns, verdicts, and salvage."""
 
+from .._util import reexport
 from ._clock import Clock as Clock
 from ._clock import HostClock as HostClock
 from ._clock import ManualClock as ManualClock
@@ -37,7 +38,4 @@ __all__ = [
     "watch_turn",
 ]
 
-for _name in __all__:
-    if _name != "ALIVE":
-        globals()[_name].__module__ = __name__
-del _name
+reexport(globals())

@@ -1,5 +1,6 @@
 """Child processes and whole trees: spawn, escalate, reap, twins. Nothing survives its owner."""
 
+from .._util import reexport
 from ._child import Child as Child
 from ._group import ChildGroup as ChildGroup
 from ._proc import become_subreaper as become_subreaper
@@ -28,6 +29,4 @@ __all__ = [
     "stop_trees",
 ]
 
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name
+reexport(globals())

@@ -5,6 +5,7 @@ Imports pytest: it is for test suites (``pip install tether[test]``), never impo
 rest of tether.
 """
 
+from .._util import reexport
 from ._deadlock import Deadlock as Deadlock
 from ._deadlock import DeadlockDetector as DeadlockDetector
 from ._deadlock import TimedOut as TimedOut
@@ -23,6 +24,4 @@ __all__ = [
     "agent_script",
 ]
 
-for _name in __all__:
-    globals()[_name].__module__ = __name__
-del _name
+reexport(globals())

@@ -1,5 +1,6 @@
 """Typed messages in length-prefixed JSON frames over Unix stream sockets."""
 
+from .._util import reexport
 from ._codec import MAX_DEPTH as MAX_DEPTH
 from ._codec import MAX_FRAME as MAX_FRAME
 from ._codec import MAX_INT as MAX_INT
@@ -54,7 +55,4 @@ __all__ = [
     "serve",
 ]
 
-for _name in __all__:
-    if _name not in ("MAX_DEPTH", "MAX_FRAME", "MAX_INT", "Message"):
-        globals()[_name].__module__ = __name__
-del _name
+reexport(globals())
