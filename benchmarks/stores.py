@@ -93,7 +93,7 @@ async def main(workdir: Path, cluster: Cluster) -> None:
         for i in range(SESSIONS):
             nursery.start_soon(store.bump, f"owned-{i}")
     claim = time.perf_counter() - start
-    lease = store._lease
+    lease = store.lease.id
     keep = [0.0]
     async with httpx.AsyncClient() as client:
         url = f"http://{cluster.endpoints[0]}/v3/lease/"
@@ -110,7 +110,7 @@ async def main(workdir: Path, cluster: Cluster) -> None:
         keep_empty = await timed(50, keepalive_empty)
         # tether's refresh: the keepalive, then the read that tells it whether another
         # daemon took its host id.
-        refresh = await timed(50, lambda i: store._refresh())
+        refresh = await timed(50, lambda i: store.lease.refresh())
         live = await client.post(url + "timetolive", json={"ID": str(lease), "keys": True})
         keys = len(live.json().get("keys") or [])
     per_ttl = 3

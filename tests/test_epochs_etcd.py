@@ -208,7 +208,7 @@ async def test_a_settled_prompt_leaves_the_outbox_and_its_outcome_expires(
             await store.enqueue(QueuedPrompt("s", f"p{n}", "hello"))
         for n in range(4):
             await store.settle("s", f"p{n}", "delivered")
-        outbox = await store._range(store._dir("outbox"), prefix=True, keys_only=True)
+        outbox = await store.client.range(store.keys.dir("outbox"), prefix=True, keys_only=True)
         assert len(outbox) == 1, "settled prompts stayed in the outbox"
         await store.enqueue(QueuedPrompt("s", "p0", "a retry"))
         assert [p.id for p in await store.pending()] == ["p4"]
@@ -220,8 +220,29 @@ async def test_a_settled_prompt_leaves_the_outbox_and_its_outcome_expires(
         with trio.fail_after(2 + 3):
             while not await requeued():
                 await trio.sleep(0.1)
-        settled = await store._range(store._dir("settled"), prefix=True, keys_only=True)
+        settled = await store.client.range(store.keys.dir("settled"), prefix=True, keys_only=True)
         assert settled == [], "outcomes outlived keep_settled"
+    finally:
+        await store.aclose()
+
+
+async def test_a_settle_survives_etcd_losing_the_retention_lease(
+    etcd_cluster: Cluster, prefix: str
+) -> None:
+    """etcd refuses a put on a lease it lost (a restore from a snapshot) with gRPC code 5;
+    the outbox knows that refusal by its code, grants a new retention lease and settles."""
+    store = _store(etcd_cluster, "a", prefix)
+    try:
+        await store.enqueue(QueuedPrompt("s", "p1", "hello"))
+        await store.enqueue(QueuedPrompt("s", "p2", "hello"))
+        await store.settle("s", "p1", "delivered")  # grants the retention lease
+        retention = store.outbox._retention
+        assert retention is not None
+        await store.client.call("/v3/lease/revoke", {"ID": str(retention[0])})
+        await store.settle("s", "p2", "delivered")
+        assert await store.pending() == []
+        assert store.outbox._retention is not None
+        assert store.outbox._retention[0] != retention[0]
     finally:
         await store.aclose()
 

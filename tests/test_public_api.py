@@ -109,6 +109,7 @@ PROCESS_TOOLS = {
     "start",
     "stop_tree",
     "stop_trees",
+    "wait_gone",
 }
 
 # DESIGN.md's layers, bottom first; a module may import only from layers before its own.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from os import PathLike
-from typing import TypeVar
+from typing import ClassVar, Self, TypeVar
 
 from ._worker import Worker
 
@@ -65,6 +65,52 @@ class Database:
         if self._db is not None:
             await self.run(close)
         self._worker.stop()
+
+
+class SqliteFile:
+    """The base of tether's SQLite-backed stores (the epoch store, the job store, the ledger):
+    one ``Database`` on one file, a ``repr`` that names it, and ``aclose`` / ``async with``.
+
+    A subclass names its ``SCHEMA`` and ``KIND`` (for its worker thread's name) and passes
+    what differs (``synchronous``, ``busy_timeout``, an ``upgrade``) to ``__init__``.
+    """
+
+    SCHEMA: ClassVar[str]
+    KIND: ClassVar[str]
+
+    def __init__(
+        self,
+        path: str | PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+        upgrade: Callable[[sqlite3.Connection], None] | None = None,
+    ) -> None:
+        self.path = path
+        self._database = Database(
+            path,
+            self.SCHEMA,
+            name=self.KIND,
+            synchronous=synchronous,
+            busy_timeout=busy_timeout,
+            upgrade=upgrade,
+        )
+
+    def __repr__(self) -> str:
+        return f"<tether.{type(self).__name__} {str(self.path)!r}>"
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._database.run(fn)
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the worker thread; both come back if used again."""
+        await self._database.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 class immediate:

@@ -21,10 +21,17 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from os import PathLike
-from typing import Self, TypeVar
+from typing import TypeVar
 
-from .._sqlite import Database, immediate
-from ._store import QueuedPrompt, SessionRecord, StoreInUse, StoreUnavailable, Superseded
+from .._sqlite import SqliteFile, immediate
+from ._store import (
+    FencedStore,
+    QueuedPrompt,
+    SessionRecord,
+    StoreInUse,
+    StoreUnavailable,
+    fence_write,
+)
 
 T = TypeVar("T")
 
@@ -92,7 +99,7 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 
 
-class SqliteEpochStore:
+class SqliteEpochStore(SqliteFile, FencedStore):
     """The embedded ``EpochStore``: one SQLite file, shared safely by processes on one host.
 
     Args:
@@ -109,6 +116,9 @@ class SqliteEpochStore:
         await store.check("s1", epoch)
     """
 
+    SCHEMA = _SCHEMA
+    KIND = "epochs"
+
     def __init__(
         self,
         path: str | PathLike[str],
@@ -116,15 +126,9 @@ class SqliteEpochStore:
         busy_timeout: float = 30.0,
         keep_settled: float = 86_400.0,
     ) -> None:
-        self.path = path
+        super().__init__(path, busy_timeout=busy_timeout, upgrade=_upgrade)
         self.keep_settled = keep_settled
-        self._database = Database(
-            path, _SCHEMA, name="epochs", busy_timeout=busy_timeout, upgrade=_upgrade
-        )
         self._identity: str | None = None
-
-    def __repr__(self) -> str:
-        return f"<tether.SqliteEpochStore {str(self.path)!r}>"
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
@@ -145,16 +149,6 @@ class SqliteEpochStore:
     async def current(self, session: str) -> int | None:
         """The latest epoch issued for ``session``, or ``None``."""
         return await self._run(lambda db: _current(db, session))
-
-    async def check(self, session: str, epoch: int) -> None:
-        """Return if ``epoch`` is the current epoch of ``session``.
-
-        Raises:
-            Superseded: a newer epoch was issued, or none ever was.
-        """
-        current = await self.current(session)
-        if current != epoch:
-            raise Superseded(session, epoch, current)
 
     async def record(self, session: str) -> SessionRecord | None:
         """The record last saved for ``session``, or ``None``."""
@@ -181,9 +175,7 @@ class SqliteEpochStore:
 
         def save(db: sqlite3.Connection) -> None:
             with immediate(db):
-                current = _current(db, session)
-                if current is not None and epoch < current:
-                    raise Superseded(session, epoch, current)
+                fence_write(session, epoch, _current(db, session))
                 values = tuple(getattr(record, field) for field in _FIELDS)
                 db.execute(
                     f"INSERT OR REPLACE INTO records (session, {', '.join(_FIELDS)}, epoch)"
@@ -282,15 +274,6 @@ class SqliteEpochStore:
         finally:
             os.close(fd)
 
-    async def aclose(self) -> None:
-        """Close the connection and stop the worker; the store reopens both if used again."""
-        await self._database.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 def _current(db: sqlite3.Connection, session: str) -> int | None:

@@ -87,6 +87,35 @@ class OwnedElsewhere(Exception):
         return type(self), (self.session, self.host)
 
 
+def fence_write(session: str, epoch: int, current: int | None) -> None:
+    """The fencing rule on the write path: the holder of ``epoch`` may write unless a newer
+    epoch was issued. Every store applies it inside the transaction that writes.
+
+    Raises:
+        Superseded: ``epoch`` is older than ``current``.
+    """
+    if current is not None and epoch < current:
+        raise Superseded(session, epoch, current)
+
+
+class FencedStore:
+    """``check`` for a store that has ``current``: the fencing rule on the check path, once
+    for every store."""
+
+    async def current(self, session: str) -> int | None:
+        raise NotImplementedError
+
+    async def check(self, session: str, epoch: int) -> None:
+        """Return if ``epoch`` is the current epoch of ``session``.
+
+        Raises:
+            Superseded: a newer epoch was issued, or none ever was.
+        """
+        current = await self.current(session)
+        if current != epoch:
+            raise Superseded(session, epoch, current)
+
+
 @attrs.frozen
 class SessionRecord:
     """What the daemon keeps about a session's harness between its own restarts."""

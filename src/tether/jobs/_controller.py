@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import trio
 
 from ..liveness import Salvage, Stale
+from ..process import ProcessRef
 from ._model import (
     BLOCKED,
     RUNNING,
@@ -73,7 +74,7 @@ class JobController:
         self.steps = dict(steps)
         self.settle_step = settle_step
         self.settle_cap = settle_cap
-        self.owner = f"{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner = _owner_of_this_process()
 
     def __repr__(self) -> str:
         return f"<tether.JobController {self.owner}>"
@@ -231,14 +232,22 @@ def _block(job: Job, reason: str) -> Job:
     return job
 
 
+def _owner_of_this_process() -> str:
+    """``pid:create_time:random``: the process's identity, so a reused pid is not taken for
+    the controller that crashed, and a random part per controller."""
+    me = ProcessRef.of(os.getpid())
+    return f"{me.pid}:{me.create_time!r}:{uuid.uuid4().hex[:8]}"
+
+
 def _owner_alive(owner: str) -> bool:
-    pid = int(owner.partition(":")[0])
-    if pid == os.getpid():
-        return True  # this process's controllers release their claims when they stop
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether the process named in ``owner`` still runs (an earlier version wrote only
+    ``pid:random``: then any process with that pid counts)."""
+    pid_text, _, rest = owner.partition(":")
+    created, identified, _ = rest.partition(":")
+    if not identified:
+        try:
+            return ProcessRef.of(int(pid_text)).is_alive()
+        except ProcessLookupError:
+            return False
+    ref = ProcessRef.find(int(pid_text), float(created))
+    return ref is not None and ref.is_alive()

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
 from os import PathLike
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 
-from .._sqlite import Database, immediate
+from .._sqlite import SqliteFile, immediate
 from ._model import RUNNING, STOPS, Job
 
 T = TypeVar("T")
@@ -45,18 +44,14 @@ class Wake:
     delivered: bool = False
 
 
-class JobStore:
+class JobStore(SqliteFile):
     """Jobs by id, their owning controller, and the planner's outbox of wakes."""
 
+    SCHEMA = _SCHEMA
+    KIND = "jobs"
+
     def __init__(self, path: str | PathLike[str]) -> None:
-        self.path = path
-        self._database = Database(path, _SCHEMA, name="jobs")
-
-    def __repr__(self) -> str:
-        return f"<tether.JobStore {str(self.path)!r}>"
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._database.run(fn)
+        super().__init__(path)
 
     async def create(self, job: Job) -> None:
         """Store a new job.
@@ -155,15 +150,6 @@ class JobStore:
             lambda db: db.execute("UPDATE wakes SET delivered = 1 WHERE seq = ?", (seq,))
         )
 
-    async def aclose(self) -> None:
-        """Close the database and stop the worker thread."""
-        await self._database.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 def _dump(job: Job) -> str:

@@ -7,12 +7,10 @@ but never lower a threshold.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
 from os import PathLike
-from typing import Self, TypeVar
+from typing import TypeVar
 
-from .._sqlite import Database
+from .._sqlite import SqliteFile
 from ._stream import TurnStats
 from ._thresholds import Thresholds, derive
 
@@ -32,18 +30,14 @@ CREATE INDEX IF NOT EXISTS turns_by_route ON turns (route, outcome);
 """
 
 
-class Ledger:
+class Ledger(SqliteFile):
     """Turn statistics per route, and ``thresholds(route)`` derived from the healthy ones."""
 
+    SCHEMA = _SCHEMA
+    KIND = "ledger"
+
     def __init__(self, path: str | PathLike[str]) -> None:
-        self.path = path
-        self._database = Database(path, _SCHEMA, name="ledger")
-
-    def __repr__(self) -> str:
-        return f"<tether.Ledger {str(self.path)!r}>"
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._database.run(fn)
+        super().__init__(path)
 
     async def record(self, stats: TurnStats) -> None:
         """Keep one finished turn."""
@@ -88,12 +82,3 @@ class Ledger:
             derive([gap for _, gap in rows]),
         )
 
-    async def aclose(self) -> None:
-        """Close the database and stop the worker thread."""
-        await self._database.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()

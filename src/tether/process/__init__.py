@@ -12,6 +12,7 @@ from ._start import reap_orphans as reap_orphans
 from ._start import start as start
 from ._start import stop_tree as stop_tree
 from ._start import stop_trees as stop_trees
+from ._teardown import wait_gone as wait_gone
 from ._twins import find_twins as find_twins
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "start",
     "stop_tree",
     "stop_trees",
+    "wait_gone",
 ]
 
 reexport(globals())

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import attrs
 import psutil
 
-from ._proc import Stat, pidfd_open, pidfd_send_signal, read_stat
+from ._proc import Stat, boot_id, pidfd_open, pidfd_send_signal, read_stat
 
 
 @attrs.frozen
@@ -36,6 +37,25 @@ class ProcessRef:
             raise ProcessLookupError(pid) from exc
         stat = read_stat(pid)
         return cls(pid, create_time, stat.start if stat is not None else None)
+
+    @classmethod
+    def find(
+        cls, pid: int, create_time: float, boot: str | None = None
+    ) -> ProcessRef | None:
+        """The process recorded as ``(pid, create_time)`` (under kernel boot id ``boot``, if
+        given), if that very process still exists, zombie or not; ``None`` if it is gone, its
+        pid now names another process, or the machine booted since.
+
+        The one way tether finds a recorded process again (a daemon's harness after its
+        restart, a job's controller), so a reused pid is never taken for the old process.
+        """
+        if boot is not None and boot != boot_id():
+            return None
+        try:
+            ref = cls.of(pid)
+        except ProcessLookupError:
+            return None
+        return ref if math.isclose(ref.create_time, create_time, abs_tol=1e-6) else None
 
     @classmethod
     def from_psutil(cls, process: psutil.Process) -> ProcessRef:

@@ -46,7 +46,7 @@ async def stop_processes(
         if sig == signal.SIGTERM:
             _deliver(signal.SIGCONT, targets, groups)
         with trio.move_on_after(wait):
-            await _wait_gone(targets)
+            await wait_gone(targets, reap=True)
     survivors = sorted(targets | _unfinished(collect(), targets), key=lambda ref: ref.pid)
     for survivor in survivors:
         logger.error("survived SIGKILL: %s state=%s", survivor.describe(), survivor.state())
@@ -79,19 +79,24 @@ def _deliver(sig: int, targets: set[ProcessRef], groups: Collection[ProcessRef])
         target.send_signal(sig)
 
 
-async def _wait_gone(targets: set[ProcessRef]) -> None:
-    """Wait until no target exists, reaping ours; ``targets`` keeps the ones still there."""
+async def wait_gone(
+    targets: set[ProcessRef], *, reap: bool = False, cap: float = 0.02
+) -> None:
+    """Poll, backing off up to ``cap`` seconds, until no target is left; ``targets`` keeps the
+    ones still there (wrap it in a timeout). A zombie counts as gone; with ``reap``, only once
+    it is done with: ours are reaped (a ``Child`` keeps its status), another parent's are its
+    business, unless that parent is a target too (its zombie comes to us when it dies)."""
     delay = 0.001
     while True:
         pids = {target.pid for target in targets}
         for target in list(targets):
             state = target.state()
-            if state is None or (state == "Z" and _reap(target, pids)):
+            if state is None or (state == "Z" and (not reap or _reap(target, pids))):
                 targets.discard(target)
         if not targets:
             return
         await trio.sleep(delay)
-        delay = min(delay * 2, 0.02)
+        delay = min(delay * 2, cap)
 
 
 def _reap(zombie: ProcessRef, targets: set[int]) -> bool:
