@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 import uuid
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import psutil
 import trio
@@ -138,3 +141,13 @@ def reap_zombie_children() -> bool:
         except ChildProcessError:
             continue
     return zombie_children() == []
+
+
+def agentd_events(directory: Path, session: str | None = None) -> list[dict[str, Any]]:
+    """The event log of the daemon whose state directory is ``directory``, across its restarts
+    (they append to one file), as dicts; only ``session``'s if given."""
+    path = directory / "agentd.events.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [row for row in rows if session is None or row["session"] == session]

@@ -9,7 +9,6 @@ two harnesses of a session are ever attached at once.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from helpers import (
+    agentd_events,
     kill_marked,
     marked,
     python,
@@ -67,13 +67,7 @@ class Daemon:
         return events(self.directory, session)
 
 
-def events(directory: Path, session: str | None = None) -> list[dict[str, Any]]:
-    """The daemon's event log, across its restarts (they append to one file)."""
-    path = directory / "agentd.events.jsonl"
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [row for row in rows if session is None or row["session"] == session]
+events = agentd_events
 
 
 def make_agentd(store: SqliteEpochStore, directory: Path, **options: Any) -> Agentd:
@@ -492,3 +486,37 @@ async def test_the_daemon_must_be_running(tmp_path: Path) -> None:
         agentd = Agentd(store, tmp_path / "a.sock", EXAMPLE)
         with pytest.raises(RuntimeError, match="not running"):
             await agentd.start_agent("s1")
+
+
+async def test_ps_shows_the_same_state_before_and_after_a_daemon_restart(directory: Path) -> None:
+    """One vocabulary (issue 16): a dead, a stopped, a failed and an attached session read the
+    same in ``status()`` from the daemon that saw them and from the next one, which knows them
+    only from the store (where ``dead`` is stored as ``exited``, ``attached`` as ``running``)."""
+    dead, stopped, failed, attached = (unique_session() for _ in range(4))
+    async with running(directory, stop=False, restart_limit=(0, 60.0)) as daemon:
+
+        def state(name: str) -> str:
+            return {row.session: row.state for row in daemon.agentd.status()}[name]
+
+        await daemon.agentd.start_agent(attached)
+        for name in (dead, failed):
+            harness = await daemon.agentd.start_agent(name)
+            os.kill(harness.pid, 9)
+            await wait_until(lambda name=name: state(name) == "dead")
+        with pytest.raises(SessionFailed):
+            await daemon.agentd.start_agent(failed)  # the restart limit is 0
+        await daemon.agentd.start_agent(stopped)
+        await daemon.agentd.stop_agent(stopped)
+        before = {row.session: row.state for row in daemon.agentd.status()}
+    assert before == {dead: "dead", stopped: "stopped", failed: "failed", attached: "attached"}
+    async with running(directory) as daemon:
+
+        def reconnected() -> bool:
+            return any(
+                row.session == attached and row.state == "attached"
+                for row in daemon.agentd.status()
+            )
+
+        await wait_until(reconnected)
+        after = {row.session: row.state for row in daemon.agentd.status()}
+    assert after == before

@@ -24,7 +24,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from etcd_cluster import Cluster, free_ports
-from helpers import kill_marked, marked, reap_zombie_children, unique_session, wait_until
+from helpers import (
+    agentd_events,
+    kill_marked,
+    marked,
+    reap_zombie_children,
+    unique_session,
+    wait_until,
+)
 from tether import Agentd, DeliveryFailed, Sender
 from tether.epochs import EtcdEpochStore, QueuedPrompt, SessionRecord
 
@@ -92,9 +99,7 @@ class Host:
         )
 
     def events(self, session: str) -> list[dict[str, Any]]:
-        path = self.directory / "agentd.events.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-        return [dict(row, host=self.name) for row in rows if row["session"] == session]
+        return [dict(row, host=self.name) for row in agentd_events(self.directory, session)]
 
 
 def never_two_attached(rows: list[dict[str, Any]], deaths: dict[str, float]) -> None:
@@ -321,9 +326,7 @@ async def test_an_adopting_daemon_rescans_for_orphans_when_its_watch_hangs(
 def _events(directory: Path, session: str) -> list[Any]:
     from tether import AgentEvent
 
-    path = directory / "agentd.events.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [AgentEvent(**row) for row in rows if row["session"] == session]
+    return [AgentEvent(**row) for row in agentd_events(directory, session)]
 
 
 async def test_the_daemon_will_not_start_without_its_store(tmp_path: Path) -> None:

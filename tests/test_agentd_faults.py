@@ -49,7 +49,7 @@ from tether import (
     StoreUnavailable,
     wire,
 )
-from tether.agentd import _daemon
+from tether.agentd import _connections
 from tether.agentd._client import request
 from tether.epochs import QueuedPrompt
 
@@ -530,7 +530,7 @@ async def test_row_12_a_client_that_never_reads_pins_nothing(
 ) -> None:
     """A ``ps`` reply larger than a socket buffer, to clients that never read it: each is
     closed after the reply timeout, so none keeps a task or a descriptor."""
-    monkeypatch.setattr(_daemon, "REPLY_TIMEOUT", 0.5)
+    monkeypatch.setattr(_connections, "REPLY_TIMEOUT", 0.5)
     async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
         for i in range(1500):
             await store.save(f"s{i:04}-{'x' * 40}", SessionRecord(state="stopped"), epoch=0)

@@ -95,6 +95,7 @@ PUBLIC = {
         "DeliveryFailed",
         "PromptTooLarge",
         "SessionFailed",
+        "SessionState",
         "SessionStatus",
         "StartFailed",
         "Unconfirmed",

@@ -1,6 +1,7 @@
 """tether: keeps agent harness processes and their children honest about being alive.
 
-This module only re-exports the public names of ``DESIGN.md``; each lives in its layer.
+This module only re-exports the public names of each layer (``docs/architecture.md``); each
+lives in its layer.
 ``EtcdEpochStore`` is imported on first use, so tether never needs httpx unless it is used.
 """
 
@@ -14,6 +15,7 @@ from .agentd import Delivered as Delivered
 from .agentd import DeliveryFailed as DeliveryFailed
 from .agentd import PromptTooLarge as PromptTooLarge
 from .agentd import SessionFailed as SessionFailed
+from .agentd import SessionState as SessionState
 from .agentd import SessionStatus as SessionStatus
 from .agentd import StartFailed as StartFailed
 from .agentd import Unconfirmed as Unconfirmed
@@ -119,6 +121,7 @@ __all__ = [
     "DeliveryFailed",
     "PromptTooLarge",
     "SessionFailed",
+    "SessionState",
     "SessionStatus",
     "StartFailed",
     "QueuedPrompt",

@@ -13,6 +13,7 @@ from ._outcomes import SessionFailed as SessionFailed
 from ._outcomes import SessionStatus as SessionStatus
 from ._outcomes import StartFailed as StartFailed
 from ._outcomes import Unconfirmed as Unconfirmed
+from ._state import SessionState as SessionState
 
 __all__ = [
     "AgentEvent",
@@ -23,6 +24,7 @@ __all__ = [
     "DeliveryFailed",
     "PromptTooLarge",
     "SessionFailed",
+    "SessionState",
     "SessionStatus",
     "StartFailed",
     "Unconfirmed",

@@ -1,13 +1,12 @@
 """``AgentEvent`` and ``EventLog``: every state change of every session, as a JSON line and on a
 channel per subscriber.
 
-Kinds: ``spawned``, ``respawned``, ``attached``, ``reattached``, ``adopted``, ``detached``,
-``phantom``, ``superseded``, ``exited``, ``spawn_failed``, ``stopped``, ``delivery_attempt``,
-``delivered``, ``delivery_failed``, ``failed``, ``reset``.
+Kinds are the ``EventKind`` enum (its values are what the log and subscribers see).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -21,6 +20,49 @@ from ..channels import Receiver, Sender, SendError, channel
 from ._guard import Throttle
 
 logger = logging.getLogger("tether.agentd")
+
+
+class EventKind(enum.StrEnum):
+    """What happened to a session (``AgentEvent.kind``)."""
+
+    SPAWNED = "spawned"
+    """A harness was started for a session that never had one."""
+    RESPAWNED = "respawned"
+    """A fresh harness was started after the last one died, was a phantom or was superseded."""
+    ATTACHED = "attached"
+    """A harness said hello and was welcomed (``reconnected`` in the detail when it came back)."""
+    REATTACHED = "reattached"
+    """``start_agent`` found its harness healthy (a ``Nudge`` was sent)."""
+    ADOPTED = "adopted"
+    """A harness found by identity (after a restart, or saying hello with the current epoch)."""
+    DETACHED = "detached"
+    """Its harness's connection dropped."""
+    PHANTOM = "phantom"
+    """Its harness stopped answering: its tree is stopped."""
+    SUPERSEDED = "superseded"
+    """A harness of an older epoch was told to exit."""
+    EXITED = "exited"
+    """Its harness exited (with the code when it was ours to reap)."""
+    SPAWN_FAILED = "spawn_failed"
+    """A harness could not be started, or never said hello."""
+    STOPPED = "stopped"
+    """Stopped on request."""
+    DELIVERY_ATTEMPT = "delivery_attempt"
+    """One attempt at delivering a prompt failed."""
+    DELIVERED = "delivered"
+    """A prompt was read by the harness's loop."""
+    DELIVERY_FAILED = "delivery_failed"
+    """Every attempt at delivering a prompt failed."""
+    FAILED = "failed"
+    """The session hit its restart limit."""
+    RESET = "reset"
+    """Its failure and restart count were cleared."""
+    UNCONFIRMED = "unconfirmed"
+    """The host lease was lost: this daemon cannot confirm it owns the session."""
+    CONFIRMED = "confirmed"
+    """The host lease is held again and the session is still this host's."""
+    TAKEOVER = "takeover"
+    """This daemon takes over a session whose owner's lease ended."""
 
 
 @attrs.frozen
@@ -59,13 +101,20 @@ class EventLog:
     a line that cannot be written (a full disk) is lost, and that is logged once a minute.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = path
         self._file: IO[str] | None = None
-        if path is not None:
-            self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self._subscribers: list[Sender[AgentEvent]] = []
         self._throttle = Throttle()
+        if path is not None:
+            self.open(path)
+
+    def open(self, path: str | os.PathLike[str]) -> None:
+        """Append to ``path`` from now on (closing the file appended to before, if any)."""
+        if self._file is not None:
+            self._file.close()
+        self.path = path
+        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
     def emit(self, event: AgentEvent) -> None:
         logger.info("%s", event.describe())

@@ -6,6 +6,9 @@ from typing import Any, Literal
 
 import attrs
 
+from ..epochs import OwnedElsewhere, StoreUnavailable
+from ..process import SpawnError
+
 How = Literal["spawned", "reattached", "respawned"]
 
 
@@ -96,3 +99,9 @@ class PromptTooLarge(AgentdError, ValueError):
 class Unconfirmed(AgentdError):
     """This daemon cannot confirm it still owns the session: its host lease on a shared store
     is lost (or the store is unreachable), so it takes no work for it until it can."""
+
+
+REFUSED = (SessionFailed, StartFailed, Unconfirmed, OwnedElsewhere, StoreUnavailable, SpawnError)
+"""Why ``start_agent`` can refuse: each names the session and the reason."""
+ANSWERED = (AgentdError, OwnedElsewhere, StoreUnavailable, SpawnError, ValueError)
+"""What a control request can fail with, answered to its client as an ``Error``."""

@@ -10,16 +10,12 @@ a wrapper around trio's memory channel.
 from __future__ import annotations
 
 import math
-import weakref
-from collections import OrderedDict, deque
-from typing import Any, Generic, Self, TypeVar, final, overload
+from typing import Any, Generic, TypeVar, final, overload
 
-import attrs
 import trio
 from outcome import Error, Value
 from trio.lowlevel import (
     Abort,
-    Task,
     cancel_shielded_checkpoint,
     checkpoint_if_cancelled,
     current_task,
@@ -30,106 +26,15 @@ from trio.lowlevel import (
 )
 
 from .._util import NoPublicConstructor
-from ._errors import ChannelClosed, SendError
-from ._handles import Closeable, Holder, SharedState, StrongHandle, park, wake_all
-from ._typecheck import ClassSpec, describe, isinstance_spec
+from ._chan import ChannelStatistics, _Chan, _Counts, wrong_type
+from ._errors import SendError
+from ._handles import StrongHandle, park
+from ._receiver import Receiver
+from ._typecheck import isinstance_spec
+
+__all__ = ["ChannelStatistics", "Receiver", "Sender", "WeakSender", "channel"]
 
 T = TypeVar("T")
-
-
-@attrs.frozen
-class ChannelStatistics:
-    """A snapshot of one channel, from ``Receiver.statistics()``."""
-
-    name: str | None
-    """The name given to ``channel()``."""
-    capacity: float
-    """How many items the buffer holds before ``send`` waits (``math.inf``: unbounded)."""
-    buffered: int
-    """Items sent and not yet received."""
-    strong_count: int
-    """Live strong senders; the send half is closed when this reaches 0."""
-    weak_count: int
-    """Live weak senders; they never keep the channel open."""
-    receiver_closed: bool
-    """Whether the receiver was closed or dropped."""
-    tasks_waiting_send: int
-    """Tasks parked in ``send`` because the buffer is full."""
-    tasks_waiting_recv: int
-    """Tasks parked in ``recv`` / ``recv_many`` because the buffer is empty."""
-
-
-@attrs.define(slots=True, eq=False, repr=False)
-class _Chan(SharedState, Generic[T]):
-    """The state that every endpoint of one channel shares."""
-
-    capacity: float = 0
-    types: ClassSpec | None = None
-    buffer: deque[T] = attrs.field(factory=deque)
-    send_tasks: OrderedDict[Task, tuple[T, Sender[T]]] = attrs.field(factory=OrderedDict)
-    recv_tasks: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
-    closed_waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
-    rx_closed: bool = False
-    weak: weakref.WeakSet[WeakSender[T]] = attrs.field(factory=weakref.WeakSet)
-
-    def _last_sender_gone(self) -> None:
-        # A task parks in recv only while the buffer is empty, so nothing more can come.
-        wake_all(self.recv_tasks, self.closed_error)
-
-    def closed_error(self) -> ChannelClosed:
-        if self.rx_closed:
-            return ChannelClosed(f"{self.label} was closed by its receiver")
-        return ChannelClosed(f"every sender of {self.label} is closed")
-
-    def close_receiver(self, drop_buffer: bool) -> None:
-        """Refuse further sends; wake everyone waiting. Idempotent, never raises."""
-        if drop_buffer:
-            self.buffer.clear()
-        if self.rx_closed:
-            return
-        self.rx_closed = True
-        send_tasks = self.send_tasks
-        while send_tasks:
-            task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task, Error(SendError(value)))
-        wake_all(self.recv_tasks, self.closed_error)
-        wake_all(self.closed_waiters)
-
-    def take(self, limit: int) -> list[T]:
-        """Up to ``limit`` items in order: the buffer first, then parked senders' values."""
-        buffer = self.buffer
-        if len(buffer) <= limit:
-            out = list(buffer)
-            buffer.clear()
-        else:
-            out = [buffer.popleft() for _ in range(limit)]
-        send_tasks = self.send_tasks
-        while send_tasks and len(out) < limit:
-            task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task)
-            out.append(value)
-        while send_tasks and len(buffer) < self.capacity:
-            task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task)
-            buffer.append(value)
-        return out
-
-
-class _Counts:
-    """``strong_count`` and ``weak_count``, the same on every endpoint of a channel."""
-
-    __slots__ = ()
-    _chan: _Chan[Any]
-
-    @property
-    def strong_count(self) -> int:
-        """Live strong senders of this channel."""
-        return len(self._chan.live)
-
-    @property
-    def weak_count(self) -> int:
-        """Live weak senders of this channel."""
-        return len(self._chan.weak)
 
 
 @overload
@@ -225,7 +130,7 @@ class Sender(StrongHandle, _Counts, Generic[T], metaclass=NoPublicConstructor):
             self._unusable()
         types = chan.types
         if types is not None and not isinstance(value, types):
-            raise _wrong_type(value, types)
+            raise wrong_type(value, types)
         await checkpoint_if_cancelled()
         if chan.rx_closed:
             raise SendError(value)
@@ -266,7 +171,7 @@ class Sender(StrongHandle, _Counts, Generic[T], metaclass=NoPublicConstructor):
             self._unusable()
         types = chan.types
         if types is not None and not isinstance(value, types):
-            raise _wrong_type(value, types)
+            raise wrong_type(value, types)
         if chan.rx_closed:
             raise SendError(value)
         recv_tasks = chan.recv_tasks
@@ -351,154 +256,3 @@ class WeakSender(_Counts, Generic[T], metaclass=NoPublicConstructor):
         if not self._chan.live:
             return None
         return Sender[T]._create(self._chan, None, 2)
-
-
-@final
-class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
-    """The receive half of a ``channel()``; there is exactly one.
-
-    ``recv`` raises ``ChannelClosed`` once every strong sender is gone and the buffer is
-    drained; ``async for`` then ends. Dropping the receiver closes it and discards the buffer.
-    """
-
-    __slots__ = ("_chan",)
-    _chan: _Chan[T]
-
-    def __init__(self, chan: _Chan[T]) -> None:
-        self._chan = chan
-
-    def __repr__(self) -> str:
-        chan = self._chan
-        return (
-            f"<tether.Receiver{chan.tag} strong={len(chan.live)} weak={len(chan.weak)}"
-            f" buffered={len(chan.buffer)}/{chan.capacity}{' closed' if chan.rx_closed else ''}>"
-        )
-
-    @enable_ki_protection
-    async def recv(self) -> T:
-        """The next item, waiting for one if the buffer is empty.
-
-        Raises:
-            ChannelClosed: every strong sender is gone (or the receiver was closed) and nothing
-                is buffered.
-
-        Cancel safety: if cancelled, no item was taken.
-        """
-        chan = self._chan
-        await checkpoint_if_cancelled()
-        buffer = chan.buffer
-        send_tasks = chan.send_tasks
-        if send_tasks:
-            task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task)
-            buffer.append(value)
-        if buffer:
-            value = buffer.popleft()
-            await cancel_shielded_checkpoint()
-            return value
-        if chan.rx_closed or not chan.live:
-            raise chan.closed_error()
-        task = current_task()
-        recv_tasks = chan.recv_tasks
-        recv_tasks[task] = None
-        task.custom_sleep_data = chan
-        chan.token = current_trio_token()
-
-        def abort(_: object) -> Abort:
-            del recv_tasks[task]
-            return Abort.SUCCEEDED
-
-        return await wait_task_rescheduled(abort)  # type: ignore[no-any-return]
-
-    @enable_ki_protection
-    def try_recv(self) -> T:
-        """The next item if one is ready; not a checkpoint.
-
-        Raises:
-            trio.WouldBlock: nothing is buffered and senders remain.
-            ChannelClosed: nothing is buffered and no sender remains (or the receiver closed).
-        """
-        chan = self._chan
-        buffer = chan.buffer
-        send_tasks = chan.send_tasks
-        if send_tasks:
-            task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task)
-            buffer.append(value)
-        if buffer:
-            return buffer.popleft()
-        if chan.rx_closed or not chan.live:
-            raise chan.closed_error()
-        raise trio.WouldBlock
-
-    @enable_ki_protection
-    async def recv_many(self, limit: int) -> list[T]:
-        """Every buffered item, up to ``limit``, after one checkpoint; waits for at least one.
-
-        Raises:
-            ValueError: ``limit`` < 1.
-            ChannelClosed: as for ``recv``.
-
-        Cancel safety: if cancelled, no item was taken.
-        """
-        if limit < 1:
-            raise ValueError(f"limit must be at least 1, not {limit!r}")
-        chan = self._chan
-        await checkpoint_if_cancelled()
-        batch = chan.take(limit)
-        if batch:
-            await cancel_shielded_checkpoint()
-            return batch
-        first = await self.recv()
-        if limit == 1:
-            return [first]
-        batch = chan.take(limit - 1)
-        batch.insert(0, first)
-        return batch
-
-    @enable_ki_protection
-    def close(self) -> None:
-        """Refuse further sends; what is buffered stays receivable. Idempotent.
-
-        Tasks parked in ``send`` get ``SendError`` with their value back; ``Sender.closed()``
-        returns.
-        """
-        self._chan.close_receiver(drop_buffer=False)
-
-    def __del__(self) -> None:
-        chan = getattr(self, "_chan", None)
-        if chan is not None and (not chan.rx_closed or chan.buffer):
-            chan.call_soon(chan.close_receiver, True)
-
-    def holders(self) -> tuple[Holder, ...]:
-        """The live strong senders (oldest first): who keeps this channel open, and where."""
-        return self._chan.holders()
-
-    def statistics(self) -> ChannelStatistics:
-        """A snapshot of the channel's counts."""
-        chan = self._chan
-        return ChannelStatistics(
-            name=chan.name,
-            capacity=chan.capacity,
-            buffered=len(chan.buffer),
-            strong_count=len(chan.live),
-            weak_count=len(chan.weak),
-            receiver_closed=chan.rx_closed,
-            tasks_waiting_send=len(chan.send_tasks),
-            tasks_waiting_recv=len(chan.recv_tasks),
-        )
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> T:
-        try:
-            return await self.recv()
-        except ChannelClosed:
-            raise StopAsyncIteration from None
-
-
-def _wrong_type(value: object, types: ClassSpec) -> TypeError:
-    return TypeError(
-        f"this channel carries {describe(types)}, not {type(value).__qualname__}: {value!r:.80}"
-    )

@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run.run(cmd, session=args.session, grace=args.grace, log=args.log)
     if args.command == "transcript":
         return _transcript.run(args.action, args.path, sys.stdout)
-    if args.command in ("agentd", "ps", "start", "send", "stop", "reset"):
+    if args.command in _agentd.COMMANDS:
         return _agentd.run(args, sys.stdout)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
 

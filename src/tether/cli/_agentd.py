@@ -19,9 +19,14 @@ import trio
 from .. import signals
 from ..agentd import Agentd, AgentdError
 from ..agentd._client import default_socket, request
+from ..agentd._control import ControlOp
 from ..epochs import EpochStore, HostIdInUse, SqliteEpochStore, StoreInUse, StoreUnavailable
 
 logger = logging.getLogger("tether.cli")
+
+
+COMMANDS = ("agentd", *ControlOp)
+"""The commands this module registers and runs."""
 
 
 def add_commands(commands: Any) -> None:
@@ -69,14 +74,16 @@ def add_commands(commands: Any) -> None:
         "--stop-harnesses", action="store_true", help="stop every harness when the daemon stops"
     )
     daemon.add_argument("harness", nargs="*", help="after --: how to start a harness")
-    ps = commands.add_parser("ps", help="list the daemon's sessions")
+    ps = commands.add_parser(ControlOp.PS, help="list the daemon's sessions")
     ps.add_argument("--socket", default=default_socket())
     ps.add_argument("--json", action="store_true")
-    for op, text in (("start", False), ("send", True), ("stop", False), ("reset", False)):
+    for op in ControlOp:
+        if not op.takes_session:
+            continue
         sub = commands.add_parser(op, help=f"{op} a session through the running daemon")
         sub.add_argument("--socket", default=default_socket())
         sub.add_argument("session")
-        if text:
+        if op.takes_text:
             sub.add_argument("text")
 
 
@@ -96,10 +103,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     except AgentdError as exc:
         print(f"tether {args.command}: {exc.reason}", file=sys.stderr)
         return 1
-    if args.command == "ps" and not args.json:
+    if args.command == ControlOp.PS and not args.json:
         out.write(table(result["sessions"]))
     else:
-        out.write(json.dumps(result, indent=None if args.command != "ps" else 2) + "\n")
+        out.write(json.dumps(result, indent=None if args.command != ControlOp.PS else 2) + "\n")
     return 0
 
 

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from ..channels import WeakSender
+from ..channels import Receiver, WeakSender
 from ..journal import Transcript
 from ..process import ChildGroup
 from ..wire import Nudge, Prompt
@@ -18,6 +18,8 @@ logger = logging.getLogger("tether.harness")
 
 Command = Prompt | Nudge
 """What the connection loop forwards to the engine."""
+Engine = Callable[["Receiver[Command]", "HarnessContext"], Awaitable[None]]
+"""A harness's engine: it reads commands until the channel closes."""
 T = TypeVar("T")
 
 

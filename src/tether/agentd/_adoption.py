@@ -1,0 +1,75 @@
+"""``adopt_all``: a restarted daemon takes back the harnesses its store records, by identity.
+
+A recorded harness is adopted only if the very same process still runs (same boot, pid and
+creation time, not a zombie) and, on a shared store, if the session is still this host's; it
+then has ``patience`` to reconnect. One found dead is reaped if it is ours and what it left is
+swept. A session another host wrote last is shown ``elsewhere``.
+"""
+
+from __future__ import annotations
+
+from ..epochs import EpochStore, SessionRecord
+from ..process import ProcessRef, reap
+from ._awake import AwakeClock
+from ._events import EventKind
+from ._guard import Tasks
+from ._lease import HostLease
+from ._lifecycle import Harnesses
+from ._model import Harness
+from ._registry import Sessions, valid_name
+from ._settings import Settings
+from ._state import SessionState
+
+
+async def adopt_all(
+    settings: Settings,
+    store: EpochStore,
+    lease: HostLease,
+    sessions: Sessions,
+    harnesses: Harnesses,
+    tasks: Tasks,
+    clock: AwakeClock,
+) -> None:
+    """Load every recorded session and adopt the live harnesses (see the module)."""
+    for name in await store.sessions():
+        record = await store.record(name)
+        if record is None or not valid_name(name):
+            continue
+        session = sessions.get(name)
+        session.known = True
+        session.restarts = record.restarts
+        session.reason = record.reason
+        recorded = SessionState.from_record(record.state)
+        session.become(recorded)
+        if record.host != lease.host:
+            session.become(SessionState.ELSEWHERE)
+            session.reason = session.last_event = f"host {record.host} wrote its record"
+            continue
+        if record.pid is None or record.create_time is None or record.epoch is None:
+            continue
+        ref = _find(record)
+        if ref is None or not ref.is_alive():
+            if ref is not None:
+                reap(ref)  # our zombie: a daemon restarted in-process
+            tasks.start(harnesses.sweep, session, record.epoch, name=f"sweep {name}")
+            session.become(recorded if recorded.settled else SessionState.DEAD)
+            detail = f"pid {record.pid} is gone (found dead after a restart)"
+            sessions.emit(session, EventKind.EXITED, epoch=record.epoch, detail=detail)
+            continue
+        harness = Harness(ref, record.epoch, None, since=clock.now())
+        if not await lease.claim(name, record.epoch):
+            sessions.emit(session, EventKind.SUPERSEDED, harness, "another host took it over")
+            tasks.start(harnesses.confirm_exit, session, harness, name=f"superseded {name}")
+            continue
+        harnesses.adopt(session, harness)
+        if recorded is not SessionState.FAILED:
+            session.become(SessionState.DISCONNECTED)
+        detail = f"waiting {settings.patience:.1f}s for it to reconnect"
+        sessions.emit(session, EventKind.ADOPTED, harness, detail)
+
+
+def _find(record: SessionRecord) -> ProcessRef | None:
+    """The recorded harness, if the very same process exists (zombie or not)."""
+    assert record.pid is not None
+    assert record.create_time is not None
+    return ProcessRef.find(record.pid, record.create_time, record.boot_id)

@@ -1,0 +1,176 @@
+"""``Connections``: the daemon's side of its socket. A connection's first frame decides what it
+is: a ``Control`` from ``tether`` (answered by the control handler) or a harness's ``Hello``,
+admitted or refused (``admit``), then attached and read until it drops.
+
+Whatever one connection meets ends that connection only: a bad frame is refused (``serve``
+answers a ``ProtocolError``), anything else is logged as a bug and the connection closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from ..channels import ChannelClosed
+from ..epochs import EpochStore, StoreUnavailable
+from ..process import ProcessRef
+from ..wire import (
+    Bye,
+    Connection,
+    Control,
+    Error,
+    Hello,
+    Message,
+    Pong,
+    ProtocolError,
+    Superseded,
+    Welcome,
+)
+from ._admission import Admitted, admit
+from ._awake import AwakeClock
+from ._events import EventKind
+from ._guard import Tasks
+from ._lifecycle import Harnesses
+from ._link import Link
+from ._model import Harness, Session
+from ._registry import Sessions
+from ._settings import Settings
+from ._state import SessionState
+
+logger = logging.getLogger("tether.agentd")
+
+REPLY_TIMEOUT = 5.0
+"""Seconds a peer has to read what the daemon sends it (a reply, a refusal) before its
+connection is closed."""
+
+ControlHandler = Callable[[Connection, Control], Awaitable[None]]
+
+
+class Connections:
+    """Serves each connection of the daemon's socket."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: EpochStore,
+        sessions: Sessions,
+        harnesses: Harnesses,
+        clock: AwakeClock,
+        tasks: Tasks,
+        control: ControlHandler,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.sessions = sessions
+        self.harnesses = harnesses
+        self.clock = clock
+        self.tasks = tasks
+        self.control = control
+
+    async def handle(self, connection: Connection) -> None:
+        """One connection, from its first frame to its close."""
+        try:
+            await self._converse(connection)
+        except (ProtocolError, ChannelClosed):
+            raise
+        except Exception:  # one connection's bug must not end the daemon
+            logger.exception("connection of pid %d failed; closing it", connection.peer.pid)
+            await connection.refuse(ProtocolError("agentd failed on this request; see its log"))
+
+    async def _converse(self, connection: Connection) -> None:
+        timeout = self.settings.start_timeout
+        with trio.move_on_after(timeout) as first:
+            message = await connection.receive()
+        if first.cancelled_caught:
+            raise ProtocolError(f"no first message within {timeout:.1f}s")
+        if isinstance(message, Control):
+            await self.control(connection, message)
+        elif isinstance(message, Hello):
+            try:
+                await self._hello(connection, message)
+            except StoreUnavailable as exc:  # the harness retries; its loop has a bound
+                raise ProtocolError(f"cannot check the epoch now: {exc}") from None
+        else:
+            raise ProtocolError(
+                f"the first message must be hello or control, not {type(message).__name__}"
+            )
+
+    async def _hello(self, connection: Connection, hello: Hello) -> None:
+        if hello.pid != connection.peer.pid:
+            raise ProtocolError(
+                f"hello names pid {hello.pid} but the peer is pid {connection.peer.pid}"
+            )
+        try:
+            session = self.sessions.get(hello.session)
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        try:
+            peer = ProcessRef.of(hello.pid)
+        except ProcessLookupError:
+            return
+        current = await self.store.current(session.name)
+        decision = admit(hello.epoch, current, peer, peer.is_alive(), session.harness)
+        if not isinstance(decision, Admitted):
+            await send_within(connection, Superseded(session.name, hello.epoch, current or 0))
+            stale = Harness(peer, hello.epoch, None, since=self.clock.now())
+            self.sessions.emit(session, EventKind.SUPERSEDED, stale, decision.reason)
+            if decision.stop:
+                name = f"superseded {peer.pid}"
+                self.tasks.start(self.harnesses.confirm_exit, session, stale, name=name)
+            return
+        if decision.adopt:
+            adopted = Harness(peer, hello.epoch, None, self.clock.now())
+            self.harnesses.adopt(session, adopted)
+            self.sessions.emit(
+                session, EventKind.ADOPTED, adopted, "it said hello with the current epoch"
+            )
+        harness = session.harness
+        assert harness is not None
+        await harness.drop_link()  # it reconnected before we saw the old connection drop
+        link = Link(connection, peer, hello.epoch, self.clock)
+        if await link.send(Welcome(session.name, hello.epoch, self.settings.heartbeat)):
+            await self._attached(session, harness, link)
+
+    async def _attached(self, session: Session, harness: Harness, link: Link) -> None:
+        first = harness.attach(link)
+        session.become(SessionState.ATTACHED)
+        self.sessions.emit(session, EventKind.ATTACHED, harness, "" if first else "reconnected")
+        try:
+            with link.reading:
+                await _read(link)
+        finally:
+            link.close()
+            link.detached.set()
+            if harness.detach(link, self.clock.now()) and harness.usable:
+                session.become(SessionState.DISCONNECTED)
+                self.sessions.emit(session, EventKind.DETACHED, harness)
+
+
+async def _read(link: Link) -> None:
+    async for message in link.connection:
+        if isinstance(message, Pong):
+            link.pong(message.seq)
+        elif isinstance(message, Bye):
+            return
+        elif isinstance(message, Error):
+            logger.warning("harness pid %d refused a frame: %s", link.ref.pid, message.reason)
+            return
+        else:
+            raise ProtocolError(f"unexpected {type(message).__name__} from a harness")
+
+
+async def send_within(connection: Connection, message: Message) -> None:
+    """Send ``message`` unless the peer leaves it unread for ``REPLY_TIMEOUT``: a client that
+    never reads pins no task and no descriptor (its connection is closed)."""
+    with trio.move_on_after(REPLY_TIMEOUT) as scope:
+        await connection.send(message)
+    if scope.cancelled_caught:
+        logger.warning(
+            "pid %d left a %s unread for %.0fs; closing its connection",
+            connection.peer.pid,
+            type(message).__name__.lower(),
+            REPLY_TIMEOUT,
+        )
+        await connection.aclose()

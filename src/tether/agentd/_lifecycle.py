@@ -1,0 +1,253 @@
+"""``Harnesses``: a harness's life from spawn to reaped, and what it leaves behind.
+
+Spawn (in its turn), watch for the exit and reap it, retire (stop the tree, sweep, record),
+supersede (tell it, give it its own exit bound, then retire), and make a refused or stale
+harness exit. Every stop uses ``stop_tree``'s escalation; every sweep touches only processes
+marked with the session, the epoch, this host and this store.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+
+import psutil
+import trio
+
+from ..process import (
+    Child,
+    SpawnError,
+    find_twins,
+    reap,
+    start,
+    stop_tree,
+    stop_trees,
+    wait_gone,
+)
+from ..process._table import STORE_VAR
+from ..wire import Superseded
+from ._awake import AwakeClock
+from ._events import EventKind
+from ._guard import Tasks, Throttle
+from ._model import Harness, Session
+from ._outcomes import Attached, How, StartFailed
+from ._records import Records
+from ._registry import Sessions
+from ._settings import Settings
+from ._state import SessionState
+
+logger = logging.getLogger("tether.agentd")
+
+
+class Harnesses:
+    """Starts, watches, retires and sweeps the harnesses of every session."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: Sessions,
+        records: Records,
+        tasks: Tasks,
+        clock: AwakeClock,
+        host: str | None,
+    ) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.records = records
+        self.tasks = tasks
+        self.clock = clock
+        self.host = host
+        self.store_id: str | None = None
+        """Set when the daemon starts: marks every harness and bounds every sweep."""
+        self._spawning = trio.CapacityLimiter(settings.spawn_limit)
+        self._throttle = Throttle()
+
+    async def spawn(self, session: Session, how: How, epoch: int) -> Attached:
+        """Start a harness of ``epoch`` for ``session`` when a spawn's turn comes, and wait
+        ``start_timeout`` (counted from then) for its hello.
+
+        Raises:
+            SpawnError: it cannot be started.
+            StartFailed: it exited or stayed silent before saying hello; it was stopped.
+        """
+        async with self._spawning:
+            return await self._spawn_now(session, how, epoch)
+
+    async def _spawn_now(self, session: Session, how: How, epoch: int) -> Attached:
+        directory = os.path.join(self.settings.state_dir, session.name)
+        env = {
+            **self.settings.env,
+            "TETHER_SESSION": session.name,
+            "TETHER_EPOCH": str(epoch),
+            "TETHER_AGENTD": self.settings.socket_path,
+            "TETHER_STATE_DIR": directory,
+            "TETHER_GRACE": str(self.settings.grace),
+        }
+        if self.host is not None:
+            env["TETHER_HOST"] = self.host
+        if self.store_id is not None:
+            env[STORE_VAR] = self.store_id
+        try:
+            child = await self._start(directory, env)
+        except SpawnError as exc:
+            self.sessions.emit(session, EventKind.SPAWN_FAILED, None, str(exc), epoch=epoch)
+            raise
+        harness = Harness(child.ref, epoch, child, since=self.clock.now())
+        session.harness = harness
+        session.known = True
+        session.become(SessionState.STARTING)
+        self.tasks.start(self.watch_exit, session, harness, name=f"watch {session.name}")
+        await self.records.save(session, harness, SessionState.STARTING)
+        self.sessions.emit(session, EventKind(how), harness)
+        with trio.move_on_after(self.settings.start_timeout):
+            async with trio.open_nursery() as race:
+                race.start_soon(_cancel_after, harness.hello, race.cancel_scope)
+                race.start_soon(_cancel_after, harness.exited, race.cancel_scope)
+        if harness.hello.is_set() and harness.alive:
+            await self.records.save(session, harness, SessionState.ATTACHED)
+            return Attached(session.name, harness.ref.pid, epoch, how)
+        if not harness.alive:
+            reason = f"the harness exited with code {harness.code} before saying hello"
+        else:
+            reason = f"the harness did not say hello within {self.settings.start_timeout:.1f}s"
+        self.sessions.emit(session, EventKind.SPAWN_FAILED, harness, reason)
+        await self.retire(session, harness, "no hello")
+        raise StartFailed(session.name, reason)
+
+    async def _start(self, directory: str, env: dict[str, str]) -> Child:
+        """Start the harness program with its log as stdout and stderr.
+
+        Raises:
+            SpawnError: it cannot be executed, or its directory or log cannot be opened
+                (a full disk, a descriptor limit).
+        """
+        argv = self.settings.harness_argv
+        path = os.path.join(directory, "harness.log")
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            code = exc.errno or errno.EIO
+            raise SpawnError(argv[0], code, f"cannot open {path}: {os.strerror(code)}") from exc
+        try:
+            return await start(argv, env=env, name="harness", grace=self.settings.grace, output=log)
+        finally:
+            os.close(log)
+
+    def adopt(self, session: Session, harness: Harness) -> None:
+        """Make a live harness found by identity (after a restart, or saying hello with the
+        current epoch) the session's, and watch for its exit."""
+        session.harness = harness
+        self.tasks.start(self.watch_exit, session, harness, name=f"watch {session.name}")
+
+    async def watch_exit(self, session: Session, harness: Harness) -> None:
+        """Wait for the harness to exit (through its pidfd if ours, else by polling its
+        identity), reap it, record the code and say so."""
+        code: int | None
+        if harness.child is not None:
+            code = await harness.child.wait()
+        else:
+            await wait_gone({harness.ref}, cap=self.settings.heartbeat)
+            code = reap(harness.ref)
+        harness.exit(code)
+        await harness.drop_link()
+        if session.harness is harness and not harness.retired:
+            session.become(SessionState.DEAD)
+            with trio.CancelScope(shield=True):
+                await self.records.save(session, harness, SessionState.DEAD, keep_pid=False)
+                await self.sweep(session, harness.epoch)
+        shown = "unknown (not our child)" if code is None else str(code)
+        self.sessions.emit(session, EventKind.EXITED, harness, f"code {shown}")
+
+    async def sweep(self, session: Session, epoch: int) -> None:
+        """Stop what a dead harness left behind: processes still marked with its epoch, its
+        host and this store (another daemon's harness of the same name is not ours)."""
+        try:
+            left = set(find_twins(session.name, epoch=epoch, host=self.host, store=self.store_id))
+        except OSError as exc:  # EMFILE and friends: logged, never fatal
+            self._throttle.warn("sweep", "session %s: cannot sweep now: %s", session.name, exc)
+            return
+        if left:
+            logger.warning(
+                "session %s: stopping %d processes left by epoch %d",
+                session.name,
+                len(left),
+                epoch,
+            )
+            await stop_trees(left, self.settings.grace)
+
+    async def retire(self, session: Session, harness: Harness, why: str) -> None:
+        """Stop the harness's tree and reap it; idempotent, and every caller waits for it."""
+        if harness.retiring is not None:
+            await harness.retiring.wait()
+            return
+        harness.retiring = trio.Event()
+        with trio.CancelScope(shield=True):
+            await harness.drop_link()
+            if harness.alive:
+                logger.info(
+                    "session %s: stopping harness pid %d (%s)", session.name, harness.ref.pid, why
+                )
+                survivors = await stop_tree(harness.ref, self.settings.grace)
+                for survivor in survivors:
+                    logger.error("session %s: %s survived", session.name, survivor.describe())
+                with trio.move_on_after(1.0):
+                    await harness.exited.wait()
+            await self.sweep(session, harness.epoch)
+            if session.harness is harness:
+                session.become(SessionState.DEAD)
+                await self.records.save(session, harness, SessionState.DEAD, keep_pid=False)
+            harness.retiring.set()
+
+    async def supersede(self, session: Session, harness: Harness, current: int | None) -> None:
+        """Tell a harness of an older epoch it is superseded, give it its own exit bound to
+        exit cleanly, then retire it."""
+        link = harness.link
+        if link is not None:
+            await link.send(Superseded(session.name, harness.epoch, current or 0))
+        self.sessions.emit(session, EventKind.SUPERSEDED, harness, f"current epoch is {current}")
+        with trio.move_on_after(self.settings.exit_bound):
+            await harness.exited.wait()
+        await self.retire(session, harness, "superseded")
+
+    async def confirm_exit(self, session: Session, stale: Harness) -> None:
+        """A superseded harness must exit within its bound; if not, its tree is stopped (never
+        this process's own tree: a peer that is our ancestor is only told)."""
+        if _is_self_or_ancestor(stale.ref.pid):
+            logger.warning(
+                "session %s: pid %d is this daemon or its ancestor; not stopping it",
+                session.name,
+                stale.ref.pid,
+            )
+            return
+        bound = self.settings.exit_bound
+        with trio.move_on_after(bound):
+            await wait_gone({stale.ref})
+        if stale.ref.is_alive():
+            self.sessions.emit(
+                session, EventKind.SUPERSEDED, stale, f"still alive after {bound:.1f}s; stopping it"
+            )
+            await stop_tree(stale.ref, self.settings.grace)
+        if session.harness is not None and session.harness.ref == stale.ref:
+            return  # its own watcher reports the exit
+        code = reap(stale.ref)
+        shown = "unknown (not our child)" if code is None else str(code)
+        self.sessions.emit(session, EventKind.EXITED, stale, f"code {shown}")
+
+
+def _is_self_or_ancestor(pid: int) -> bool:
+    ancestor: int | None = os.getpid()
+    while ancestor:
+        if ancestor == pid:
+            return True
+        try:
+            ancestor = psutil.Process(ancestor).ppid()
+        except psutil.Error:
+            return False
+    return False
+
+
+async def _cancel_after(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

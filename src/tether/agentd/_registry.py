@@ -1,0 +1,106 @@
+"""``Sessions``: every session the daemon knows, by name, and what happens to each.
+
+A session is created the first time its name is used (the name must be safe for a path), and
+every event about it goes through ``emit``: a line in the event log, a log record, an item for
+each subscriber, and the session's ``last_event``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from ._events import AgentEvent, EventKind, EventLog
+from ._model import Harness, Session
+from ._outcomes import SessionStatus
+from ._state import SessionState
+
+_SESSION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` can name a session (and its directory): 1 to 128 letters, digits,
+    ``.``, ``_`` or ``-``, starting with a letter or digit."""
+    return _SESSION_NAME.fullmatch(name) is not None
+
+
+class Sessions:
+    """The sessions, and the event log they report to."""
+
+    def __init__(self, events: EventLog) -> None:
+        self.events = events
+        self._sessions: dict[str, Session] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self) -> Iterator[Session]:
+        """Every session, in name order (a snapshot: safe to change them meanwhile)."""
+        return iter([self._sessions[name] for name in sorted(self._sessions)])
+
+    def get(self, name: str) -> Session:
+        """The session called ``name``, created if new.
+
+        Raises:
+            ValueError: the name is not safe for a path.
+        """
+        session = self._sessions.get(name)
+        if session is None:
+            if not valid_name(name):
+                raise ValueError(
+                    f"session name {name!r}: use 1 to 128 letters, digits, '.', '_' or '-',"
+                    " starting with a letter or digit"
+                )
+            session = self._sessions[name] = Session(name)
+        return session
+
+    def emit(
+        self,
+        session: Session,
+        kind: EventKind,
+        harness: Harness | None = None,
+        detail: str = "",
+        *,
+        epoch: int | None = None,
+    ) -> None:
+        """Report one change of ``session`` (with ``harness``'s epoch and pid, if given)."""
+        event = AgentEvent(
+            session.name,
+            kind,
+            epoch if epoch is not None else (harness.epoch if harness else None),
+            harness.ref.pid if harness else None,
+            detail,
+        )
+        session.last_event = kind if not detail else f"{kind}: {detail}"
+        self.events.emit(event)
+
+    def status(self, confirmed: bool) -> list[SessionStatus]:
+        """One row per session, by name; unless ``confirmed`` (the host lease is known alive),
+        every session this daemon runs shows ``unconfirmed``."""
+        rows = []
+        for session in self:
+            harness = session.harness
+            link = harness.link if harness is not None else None
+            state = session.state
+            if not confirmed and not state.settled and state is not SessionState.ELSEWHERE:
+                state = SessionState.UNCONFIRMED
+            rows.append(
+                SessionStatus(
+                    session=session.name,
+                    state=state,
+                    epoch=harness.epoch if harness is not None else None,
+                    pid=harness.ref.pid if harness is not None and harness.alive else None,
+                    heartbeat_age=round(link.silence(), 3) if link is not None else None,
+                    restarts=session.restarts,
+                    last_event=session.last_event,
+                )
+            )
+        return rows
+
+    def attached(self) -> dict[str, int]:
+        """Session name to the pid of its attached harness, for every attached session."""
+        return {
+            session.name: session.harness.ref.pid
+            for session in self
+            if session.harness is not None and session.harness.link is not None
+        }

@@ -1,0 +1,158 @@
+"""``Settings``: how a daemon runs, validated once, frozen, and shared by every part of it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+
+@attrs.frozen
+class Settings:
+    """Every knob of ``Agentd`` (see its docstring for what each means)."""
+
+    socket_path: str
+    harness_argv: tuple[str, ...]
+    heartbeat: float
+    miss_limit: int
+    restart_limit: tuple[int, float]
+    grace: float
+    start_timeout: float
+    delivery_attempts: int
+    state_dir: str
+    env: Mapping[str, str]
+    reap_orphans: bool
+    adopt: bool
+    spawn_limit: int
+
+    @classmethod
+    def build(
+        cls,
+        socket_path: str | os.PathLike[str],
+        harness_argv: Sequence[str],
+        *,
+        heartbeat: float,
+        miss_limit: int,
+        restart_limit: tuple[int, float],
+        grace: float,
+        start_timeout: float,
+        delivery_attempts: int,
+        state_dir: str | os.PathLike[str] | None,
+        env: Mapping[str, str] | None,
+        reap_orphans: bool,
+        adopt: bool,
+        spawn_limit: int | None,
+    ) -> Settings:
+        """The settings, with their defaults filled in.
+
+        Raises:
+            ValueError: naming the first setting that makes no sense.
+        """
+        if not harness_argv:
+            raise ValueError("harness_argv must name a program")
+        if heartbeat <= 0 or miss_limit < 1 or delivery_attempts < 1:
+            raise ValueError("heartbeat, miss_limit and delivery_attempts must be positive")
+        if start_timeout <= 0 or grace < 0:
+            raise ValueError("start_timeout must be positive and grace not negative")
+        if spawn_limit is None:
+            spawn_limit = 2 * (os.cpu_count() or 1)
+        if spawn_limit < 1:
+            raise ValueError("spawn_limit must be at least 1")
+        socket_path = os.fspath(socket_path)
+        if state_dir is None:
+            state_dir = os.path.dirname(socket_path)
+        return cls(
+            socket_path=socket_path,
+            harness_argv=tuple(harness_argv),
+            heartbeat=heartbeat,
+            miss_limit=miss_limit,
+            restart_limit=restart_limit,
+            grace=grace,
+            start_timeout=start_timeout,
+            delivery_attempts=delivery_attempts,
+            state_dir=os.fspath(state_dir),
+            env=dict(os.environ if env is None else env),
+            reap_orphans=reap_orphans,
+            adopt=adopt,
+            spawn_limit=spawn_limit,
+        )
+
+    @property
+    def patience(self) -> float:
+        """Seconds without a sign of life that make a harness a suspected phantom."""
+        return self.miss_limit * self.heartbeat
+
+    @property
+    def exit_bound(self) -> float:
+        """Seconds a superseded harness has to exit on its own: its documented bound, so the
+        daemon never cuts short a clean exit (child agents stopped, calls sealed)."""
+        return 2 * self.grace + 1
+
+
+class SettingsView:
+    """Each setting as a read-only attribute of the object that holds them (``Agentd``)."""
+
+    settings: Settings
+
+    @property
+    def socket_path(self) -> str:
+        return self.settings.socket_path
+
+    @property
+    def harness_argv(self) -> tuple[str, ...]:
+        return self.settings.harness_argv
+
+    @property
+    def heartbeat(self) -> float:
+        return self.settings.heartbeat
+
+    @property
+    def miss_limit(self) -> int:
+        return self.settings.miss_limit
+
+    @property
+    def restart_limit(self) -> tuple[int, float]:
+        return self.settings.restart_limit
+
+    @property
+    def grace(self) -> float:
+        return self.settings.grace
+
+    @property
+    def start_timeout(self) -> float:
+        return self.settings.start_timeout
+
+    @property
+    def delivery_attempts(self) -> int:
+        return self.settings.delivery_attempts
+
+    @property
+    def state_dir(self) -> str:
+        return self.settings.state_dir
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return self.settings.env
+
+    @property
+    def reap_orphans(self) -> bool:
+        return self.settings.reap_orphans
+
+    @property
+    def adopt(self) -> bool:
+        return self.settings.adopt
+
+    @property
+    def spawn_limit(self) -> int:
+        return self.settings.spawn_limit
+
+    @property
+    def patience(self) -> float:
+        """Seconds without a sign of life that make a harness a suspected phantom."""
+        return self.settings.patience
+
+    @property
+    def exit_bound(self) -> float:
+        """Seconds a superseded harness has to exit on its own (``2 * grace + 1``)."""
+        return self.settings.exit_bound

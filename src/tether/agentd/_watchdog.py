@@ -1,0 +1,116 @@
+"""``Watchdog``: once a heartbeat, every harness is pinged or, if silent, judged; a phantom is
+stopped, reaped and respawned without anyone asking, within the session's restart limit.
+
+Beside it runs the awake clock's keeper, which counts the time the daemon itself was away
+(stopped, starved, blocked) so that it counts against no harness. One task ticks for all
+sessions, so an idle daemon wakes once per heartbeat (and the keeper up to four times a
+second), plus once per pong, however many sessions it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from ..process import reap_orphans
+from ._awake import AwakeClock
+from ._events import EventKind
+from ._guard import Tasks, Throttle
+from ._judge import Judge
+from ._lease import HostLease
+from ._lifecycle import Harnesses
+from ._model import Harness, Session
+from ._outcomes import REFUSED
+from ._registry import Sessions
+from ._settings import Settings
+from ._starter import Starter
+
+logger = logging.getLogger("tether.agentd")
+
+
+class Watchdog:
+    """Pings, judges, replaces phantoms and (if the daemon owns its children) reaps orphans."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: AwakeClock,
+        sessions: Sessions,
+        judge: Judge,
+        harnesses: Harnesses,
+        starter: Starter,
+        lease: HostLease,
+        tasks: Tasks,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.sessions = sessions
+        self.judge = judge
+        self.harnesses = harnesses
+        self.starter = starter
+        self.lease = lease
+        self.tasks = tasks
+        self._throttle = Throttle()
+
+    async def run(self) -> None:
+        """Tick until cancelled; a tick that fails is logged and the next one follows."""
+        heartbeat = self.settings.heartbeat
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.clock.keep, min(heartbeat / 2, 0.25), heartbeat)
+            while True:
+                await trio.sleep(heartbeat)
+                try:
+                    await self.tick()
+                except Exception:  # the watchdog must outlive any one bad tick
+                    logger.exception("agentd watchdog tick failed; the next one follows")
+
+    async def tick(self) -> None:
+        for session in self.sessions:
+            harness = session.harness
+            if harness is None or not harness.usable or harness.judging:
+                continue
+            if self.judge.suspect(harness):
+                harness.judging = True
+                self.tasks.start(self.judge_it, session, harness, name=f"judge {session.name}")
+            elif harness.link is not None and harness.attached:
+                # Only a full socket buffer blocks: a harness that stopped reading.
+                with trio.move_on_after(self.settings.heartbeat / 4):
+                    await harness.link.ping()
+        if self.settings.reap_orphans:
+            try:
+                for pid, code in reap_orphans():
+                    logger.info("reaped orphan pid %d (exit status %d)", pid, code)
+            except OSError as exc:  # EMFILE and friends: the next tick tries again
+                self._throttle.warn("reap", "cannot reap orphans now: %s", exc)
+
+    async def judge_it(self, session: Session, harness: Harness) -> None:
+        """Make sure a silent harness is a phantom before saying so (a confirming ping with a
+        fresh deadline); a phantom's tree is stopped and reaped, and the session respawned."""
+        try:
+            if await self.judge.answers(harness, self.settings.heartbeat):
+                logger.info(
+                    "session %s: harness pid %d answered the confirming ping",
+                    session.name,
+                    harness.ref.pid,
+                )
+                return
+            detail = self.judge.why_phantom(harness)
+            async with session.lock:
+                if session.harness is not harness or not harness.usable:
+                    return
+                self.sessions.emit(session, EventKind.PHANTOM, harness, detail)
+                await self.harnesses.retire(session, harness, "phantom")
+                await self._respawn(session)
+        finally:
+            harness.judging = False
+
+    async def _respawn(self, session: Session) -> None:
+        """Start a fresh harness for a session whose harness was a phantom (its lock is
+        held); a refusal (the restart limit, a lost lease) is logged and stands."""
+        if session.state.settled or not self.lease.confirmed():
+            return
+        try:
+            await self.starter.spawn(session, "respawned")
+        except REFUSED as exc:
+            logger.warning("session %s: not respawned after a phantom: %s", session.name, exc)

@@ -1,0 +1,170 @@
+"""``Receiver``: the one receiving end of an mpsc channel; it closes the channel when closed
+or dropped, and names who keeps it open (``holders()``)."""
+
+from __future__ import annotations
+
+from typing import Generic, Self, TypeVar, final
+
+import trio
+from trio.lowlevel import (
+    Abort,
+    cancel_shielded_checkpoint,
+    checkpoint_if_cancelled,
+    current_task,
+    current_trio_token,
+    enable_ki_protection,
+    reschedule,
+    wait_task_rescheduled,
+)
+
+from .._util import NoPublicConstructor
+from ._chan import ChannelStatistics, _Chan, _Counts
+from ._errors import ChannelClosed
+from ._handles import Closeable, Holder
+
+T = TypeVar("T")
+
+
+@final
+class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
+    """The receive half of a ``channel()``; there is exactly one.
+
+    ``recv`` raises ``ChannelClosed`` once every strong sender is gone and the buffer is
+    drained; ``async for`` then ends. Dropping the receiver closes it and discards the buffer.
+    """
+
+    __slots__ = ("_chan",)
+    _chan: _Chan[T]
+
+    def __init__(self, chan: _Chan[T]) -> None:
+        self._chan = chan
+
+    def __repr__(self) -> str:
+        chan = self._chan
+        return (
+            f"<tether.Receiver{chan.tag} strong={len(chan.live)} weak={len(chan.weak)}"
+            f" buffered={len(chan.buffer)}/{chan.capacity}{' closed' if chan.rx_closed else ''}>"
+        )
+
+    @enable_ki_protection
+    async def recv(self) -> T:
+        """The next item, waiting for one if the buffer is empty.
+
+        Raises:
+            ChannelClosed: every strong sender is gone (or the receiver was closed) and nothing
+                is buffered.
+
+        Cancel safety: if cancelled, no item was taken.
+        """
+        chan = self._chan
+        await checkpoint_if_cancelled()
+        buffer = chan.buffer
+        send_tasks = chan.send_tasks
+        if send_tasks:
+            task, (value, _) = send_tasks.popitem(last=False)
+            reschedule(task)
+            buffer.append(value)
+        if buffer:
+            value = buffer.popleft()
+            await cancel_shielded_checkpoint()
+            return value
+        if chan.rx_closed or not chan.live:
+            raise chan.closed_error()
+        task = current_task()
+        recv_tasks = chan.recv_tasks
+        recv_tasks[task] = None
+        task.custom_sleep_data = chan
+        chan.token = current_trio_token()
+
+        def abort(_: object) -> Abort:
+            del recv_tasks[task]
+            return Abort.SUCCEEDED
+
+        return await wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+
+    @enable_ki_protection
+    def try_recv(self) -> T:
+        """The next item if one is ready; not a checkpoint.
+
+        Raises:
+            trio.WouldBlock: nothing is buffered and senders remain.
+            ChannelClosed: nothing is buffered and no sender remains (or the receiver closed).
+        """
+        chan = self._chan
+        buffer = chan.buffer
+        send_tasks = chan.send_tasks
+        if send_tasks:
+            task, (value, _) = send_tasks.popitem(last=False)
+            reschedule(task)
+            buffer.append(value)
+        if buffer:
+            return buffer.popleft()
+        if chan.rx_closed or not chan.live:
+            raise chan.closed_error()
+        raise trio.WouldBlock
+
+    @enable_ki_protection
+    async def recv_many(self, limit: int) -> list[T]:
+        """Every buffered item, up to ``limit``, after one checkpoint; waits for at least one.
+
+        Raises:
+            ValueError: ``limit`` < 1.
+            ChannelClosed: as for ``recv``.
+
+        Cancel safety: if cancelled, no item was taken.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit!r}")
+        chan = self._chan
+        await checkpoint_if_cancelled()
+        batch = chan.take(limit)
+        if batch:
+            await cancel_shielded_checkpoint()
+            return batch
+        first = await self.recv()
+        if limit == 1:
+            return [first]
+        batch = chan.take(limit - 1)
+        batch.insert(0, first)
+        return batch
+
+    @enable_ki_protection
+    def close(self) -> None:
+        """Refuse further sends; what is buffered stays receivable. Idempotent.
+
+        Tasks parked in ``send`` get ``SendError`` with their value back; ``Sender.closed()``
+        returns.
+        """
+        self._chan.close_receiver(drop_buffer=False)
+
+    def __del__(self) -> None:
+        chan = getattr(self, "_chan", None)
+        if chan is not None and (not chan.rx_closed or chan.buffer):
+            chan.call_soon(chan.close_receiver, True)
+
+    def holders(self) -> tuple[Holder, ...]:
+        """The live strong senders (oldest first): who keeps this channel open, and where."""
+        return self._chan.holders()
+
+    def statistics(self) -> ChannelStatistics:
+        """A snapshot of the channel's counts."""
+        chan = self._chan
+        return ChannelStatistics(
+            name=chan.name,
+            capacity=chan.capacity,
+            buffered=len(chan.buffer),
+            strong_count=len(chan.live),
+            weak_count=len(chan.weak),
+            receiver_closed=chan.rx_closed,
+            tasks_waiting_send=len(chan.send_tasks),
+            tasks_waiting_recv=len(chan.recv_tasks),
+        )
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            return await self.recv()
+        except ChannelClosed:
+            raise StopAsyncIteration from None

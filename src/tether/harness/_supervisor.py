@@ -1,0 +1,175 @@
+"""``Supervisor``: the engine, the connection loop and the signal watcher of one harness run, in
+one nursery, until the first of them decides how the harness ends (a ``Cause``).
+
+On ``Superseded`` child agents get SIGINT at once while the engine drains its channel (it is
+cancelled after ``grace``, the channel's holders logged); on any cause, the loop is stopped
+first, so any holder of the command channel left after it is a stray clone, named in the exit
+line.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import attrs
+import trio
+
+from .. import signals
+from ..channels import Receiver, Sender, channel
+from ..journal import Transcript
+from ..process import ChildGroup
+from ._context import Command, Engine, HarnessContext
+from ._loop import Ending, connection_loop
+
+logger = logging.getLogger("tether.harness")
+
+EXIT_OK = 0
+EXIT_ENGINE_FAILED = 1
+EXIT_DAEMON_GONE = 69  # EX_UNAVAILABLE
+EXIT_SUPERSEDED = 75  # EX_TEMPFAIL: the daemon may respawn the session fresh
+
+
+@attrs.frozen
+class HarnessSettings:
+    """Who this harness is and where its daemon is (from ``run_harness``)."""
+
+    session: str
+    epoch: int
+    agentd: str
+    transcript: str
+    grace: float
+    reconnect_for: float
+
+
+@attrs.define
+class Cause:
+    """How the harness ends: its exit code, a line for the log, and (when the cause cuts
+    them short) the reason for the ``aborted`` results of its open calls."""
+
+    code: int
+    text: str
+    reason: str | None = None
+
+
+@attrs.define(eq=False)
+class Supervisor:
+    """One run of ``engine`` under ``settings``; ``run`` returns the first cause."""
+
+    engine: Engine
+    events: Receiver[signals.SignalEvent]
+    transcript: Transcript
+    children: ChildGroup
+    settings: HarnessSettings
+    cause: Cause | None = None
+    decided: trio.Event = attrs.field(factory=trio.Event)
+    engine_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    engine_done: trio.Event = attrs.field(factory=trio.Event)
+    loop_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    loop_done: trio.Event = attrs.field(factory=trio.Event)
+
+    def decide(self, cause: Cause) -> None:
+        """The first cause wins; later ones are ignored."""
+        if self.cause is None:
+            self.cause = cause
+            self.decided.set()
+
+    async def run(self) -> Cause:
+        settings = self.settings
+        tx, rx = channel(Command, math.inf, name=f"commands of {settings.session}")
+        ctx = HarnessContext(
+            settings.session, settings.epoch, self.transcript, self.children, tx.downgrade()
+        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._run_engine, rx, ctx, name="engine")
+            nursery.start_soon(self._run_loop, tx.move(), name="connection loop")
+            nursery.start_soon(self._watch_signals, name="signal watcher")
+            await self.decided.wait()
+            cause = self.cause
+            assert cause is not None
+            if cause.code == EXIT_SUPERSEDED:
+                nursery.start_soon(self.children.aclose, name="stop child agents")
+                with trio.move_on_after(settings.grace):
+                    await self.engine_done.wait()
+                if not self.engine_done.is_set():
+                    logger.error(
+                        "the engine did not see its channel close within %.1fs; still held by:"
+                        " %s",
+                        settings.grace,
+                        holders(rx) or "nobody",
+                    )
+            # Stop the loop first: once its sender is closed, any holder left is a stray
+            # clone, and the engine, still running, still holds it for the record.
+            self.loop_scope.cancel()
+            await self.loop_done.wait()
+            stray = holders(rx)
+            ctx.shutdown_reason = cause.reason
+            self.engine_scope.cancel()
+            nursery.cancel_scope.cancel()
+        if stray:
+            cause.text += f"; command channel still held by: {stray}"
+        return cause
+
+    async def _run_engine(self, rx: Receiver[Command], ctx: HarnessContext) -> None:
+        with self.engine_scope:
+            try:
+                await self.engine(rx, ctx)
+            except Exception as exc:
+                logger.exception("engine raised")
+                self.decide(
+                    Cause(
+                        EXIT_ENGINE_FAILED,
+                        f"engine raised {exc!r}",
+                        f"engine raised {type(exc).__name__}: {exc}",
+                    )
+                )
+            else:
+                self.decide(Cause(EXIT_OK, "engine returned"))
+        self.engine_done.set()
+
+    async def _run_loop(self, tx: Sender[Command]) -> None:
+        settings = self.settings
+        result = None
+        with self.loop_scope:
+            result = await connection_loop(
+                tx,
+                session=settings.session,
+                epoch=settings.epoch,
+                agentd=settings.agentd,
+                reconnect_for=settings.reconnect_for,
+            )
+        self.loop_done.set()
+        if result is None:  # cancelled: another cause came first
+            return
+        if result.ending is Ending.SUPERSEDED:
+            self.decide(
+                Cause(
+                    EXIT_SUPERSEDED,
+                    f"superseded: epoch {settings.epoch} < current epoch {result.current}",
+                    f"harness superseded by epoch {result.current}",
+                )
+            )
+        elif result.ending is Ending.DAEMON_GONE:
+            self.decide(
+                Cause(
+                    EXIT_DAEMON_GONE,
+                    f"agentd unreachable for {settings.reconnect_for:.1f}s",
+                    "harness lost its daemon",
+                )
+            )
+
+    async def _watch_signals(self) -> None:
+        event = await self.events.recv()  # later ones wait in the channel; see run_harness
+        cmd = " ".join(event.sender_cmdline or ("?",))
+        who = f"pid {event.sender_pid}, {cmd}" if event.sender_pid is not None else "unknown sender"
+        self.decide(
+            Cause(
+                128 + event.signo,
+                event.describe(),
+                f"worker shut down mid-call ({event.name} from {who})",
+            )
+        )
+
+
+def holders(rx: Receiver[Command]) -> str:
+    return "; ".join(f"{h.name} at {h.site} (task {h.task})" for h in rx.holders())
