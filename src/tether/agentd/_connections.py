@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+import attrs
 import trio
 
 from ..channels import ChannelClosed
@@ -48,26 +49,17 @@ connection is closed."""
 ControlHandler = Callable[[Connection, Control], Awaitable[None]]
 
 
+@attrs.define(eq=False)
 class Connections:
     """Serves each connection of the daemon's socket."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: EpochStore,
-        sessions: Sessions,
-        harnesses: Harnesses,
-        clock: AwakeClock,
-        tasks: Tasks,
-        control: ControlHandler,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.sessions = sessions
-        self.harnesses = harnesses
-        self.clock = clock
-        self.tasks = tasks
-        self.control = control
+    settings: Settings
+    store: EpochStore
+    sessions: Sessions
+    harnesses: Harnesses
+    clock: AwakeClock
+    tasks: Tasks
+    control: ControlHandler
 
     async def handle(self, connection: Connection) -> None:
         """One connection, from its first frame to its close."""

@@ -101,20 +101,21 @@ class Agentd(SettingsView):
         adopt: bool = False,
         spawn_limit: int | None = None,
     ) -> None:
-        settings = Settings.build(
-            socket_path,
-            harness_argv,
+        socket = os.fspath(socket_path)
+        settings = Settings(
+            socket_path=socket,
+            harness_argv=tuple(harness_argv),
             heartbeat=heartbeat,
             miss_limit=miss_limit,
             restart_limit=restart_limit,
             grace=grace,
             start_timeout=start_timeout,
             delivery_attempts=delivery_attempts,
-            state_dir=state_dir,
-            env=env,
+            state_dir=os.fspath(state_dir if state_dir is not None else os.path.dirname(socket)),
+            env=dict(os.environ if env is None else env),
             reap_orphans=reap_orphans,
             adopt=adopt,
-            spawn_limit=spawn_limit,
+            spawn_limit=spawn_limit if spawn_limit is not None else 2 * (os.cpu_count() or 1),
         )
         self.settings = settings
         self.store = store

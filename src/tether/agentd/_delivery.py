@@ -41,22 +41,15 @@ class _Final:
         return self.reason
 
 
+@attrs.define(eq=False)
 class Outbox:
     """Queues, delivers and redelivers prompts."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: EpochStore,
-        lease: HostLease,
-        sessions: Sessions,
-        starter: Starter,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.lease = lease
-        self.sessions = sessions
-        self.starter = starter
+    settings: Settings
+    store: EpochStore
+    lease: HostLease
+    sessions: Sessions
+    starter: Starter
 
     async def deliver(self, session_name: str, prompt: str | Prompt) -> Delivered:
         """See ``Agentd.deliver``."""

@@ -9,6 +9,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 
+import attrs
 import trio
 
 from ..channels import channel
@@ -26,26 +27,18 @@ from ._state import SessionState
 logger = logging.getLogger("tether.agentd")
 
 
+@attrs.define(eq=False)
 class LeaseWatch:
     """Checks the lease once a heartbeat, and the moment it would run out: the daemon refuses
     work from then on, and its ``unconfirmed`` events carry that moment."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        lease: SharedHost,
-        store: EpochStore,
-        sessions: Sessions,
-        harnesses: Harnesses,
-        tasks: Tasks,
-    ) -> None:
-        self.settings = settings
-        self.lease = lease
-        self.store = store
-        self.sessions = sessions
-        self.harnesses = harnesses
-        self.tasks = tasks
-        self._was_confirmed = True
+    settings: Settings
+    lease: SharedHost
+    store: EpochStore
+    sessions: Sessions
+    harnesses: Harnesses
+    tasks: Tasks
+    _was_confirmed: bool = attrs.field(default=True, init=False)
 
     async def run(self) -> None:
         while True:
@@ -91,31 +84,22 @@ class LeaseWatch:
                 )
 
 
+@attrs.define(eq=False)
 class Takeover:
     """Takes over each session whose owner's lease ends, as the ownership watch reports it,
     and every ``lease_ttl`` those without an owner: a watch on a member that hangs, or one
     resumed past a compaction, reports nothing, so the rescan bounds a takeover at two TTLs."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: LeasedEpochStore,
-        lease: SharedHost,
-        sessions: Sessions,
-        start: Callable[[str], Awaitable[object]],
-        redeliver: Callable[..., Awaitable[None]],
-        tasks: Tasks,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.lease = lease
-        self.sessions = sessions
-        self.start = start
-        self.redeliver = redeliver
-        self.tasks = tasks
-        self._taking: set[str] = set()
-        self._ended: set[str] = set()
-        """Orphans found stopped or failed: not read again while they stay without an owner."""
+    settings: Settings
+    store: LeasedEpochStore
+    lease: SharedHost
+    sessions: Sessions
+    start: Callable[[str], Awaitable[object]]
+    redeliver: Callable[..., Awaitable[None]]
+    tasks: Tasks
+    _taking: set[str] = attrs.field(factory=set, init=False)
+    _ended: set[str] = attrs.field(factory=set, init=False)
+    """Orphans found stopped or failed: not read again while they stay without an owner."""
 
     async def run(self, *, task_status: trio.TaskStatus[None]) -> None:
         watching = trio.Event()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+import attrs
 import trio
 
 from ._awake import AwakeClock
@@ -19,12 +20,12 @@ from ._settings import Settings
 logger = logging.getLogger("tether.agentd")
 
 
+@attrs.define(eq=False)
 class Judge:
     """Silence and answers of harnesses, for the watchdog and for ``start_agent`` alike."""
 
-    def __init__(self, settings: Settings, clock: AwakeClock) -> None:
-        self.settings = settings
-        self.clock = clock
+    settings: Settings
+    clock: AwakeClock
 
     def silence(self, harness: Harness) -> float:
         """Awake seconds since the harness's last sign of life."""

@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 
+import attrs
 import psutil
 import trio
 
@@ -40,28 +41,25 @@ from ._state import SessionState
 logger = logging.getLogger("tether.agentd")
 
 
+@attrs.define(eq=False)
 class Harnesses:
     """Starts, watches, retires and sweeps the harnesses of every session."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        sessions: Sessions,
-        records: Records,
-        tasks: Tasks,
-        clock: AwakeClock,
-        host: str | None,
-    ) -> None:
-        self.settings = settings
-        self.sessions = sessions
-        self.records = records
-        self.tasks = tasks
-        self.clock = clock
-        self.host = host
-        self.store_id: str | None = None
-        """Set when the daemon starts: marks every harness and bounds every sweep."""
-        self._spawning = trio.CapacityLimiter(settings.spawn_limit)
-        self._throttle = Throttle()
+    settings: Settings
+    sessions: Sessions
+    records: Records
+    tasks: Tasks
+    clock: AwakeClock
+    host: str | None
+    store_id: str | None = attrs.field(default=None, init=False)
+    """Set when the daemon starts: marks every harness and bounds every sweep."""
+    _spawning: trio.CapacityLimiter = attrs.field(
+        init=False,
+        default=attrs.Factory(
+            lambda self: trio.CapacityLimiter(self.settings.spawn_limit), takes_self=True
+        ),
+    )
+    _throttle: Throttle = attrs.field(factory=Throttle, init=False)
 
     async def spawn(self, session: Session, how: How, epoch: int) -> Attached:
         """Start a harness of ``epoch`` for ``session`` when a spawn's turn comes, and wait

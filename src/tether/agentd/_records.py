@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+import attrs
+
 from ..epochs import EpochStore, OwnedElsewhere, SessionRecord, StoreUnavailable
 from ..epochs import Superseded as EpochSuperseded
 from ..process import boot_id
@@ -14,12 +16,12 @@ from ._state import SessionState
 logger = logging.getLogger("tether.agentd")
 
 
+@attrs.define(eq=False)
 class Records:
     """Session records in ``store``, written by the daemon of host ``host``."""
 
-    def __init__(self, store: EpochStore, host: str | None) -> None:
-        self.store = store
-        self.host = host
+    store: EpochStore
+    host: str | None
 
     async def save(
         self,

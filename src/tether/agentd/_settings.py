@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import attrs
 
@@ -26,57 +25,20 @@ class Settings:
     adopt: bool
     spawn_limit: int
 
-    @classmethod
-    def build(
-        cls,
-        socket_path: str | os.PathLike[str],
-        harness_argv: Sequence[str],
-        *,
-        heartbeat: float,
-        miss_limit: int,
-        restart_limit: tuple[int, float],
-        grace: float,
-        start_timeout: float,
-        delivery_attempts: int,
-        state_dir: str | os.PathLike[str] | None,
-        env: Mapping[str, str] | None,
-        reap_orphans: bool,
-        adopt: bool,
-        spawn_limit: int | None,
-    ) -> Settings:
-        """The settings, with their defaults filled in.
+    def __attrs_post_init__(self) -> None:
+        """Refuse settings that make no sense.
 
         Raises:
-            ValueError: naming the first setting that makes no sense.
+            ValueError: naming the first one.
         """
-        if not harness_argv:
+        if not self.harness_argv:
             raise ValueError("harness_argv must name a program")
-        if heartbeat <= 0 or miss_limit < 1 or delivery_attempts < 1:
+        if self.heartbeat <= 0 or self.miss_limit < 1 or self.delivery_attempts < 1:
             raise ValueError("heartbeat, miss_limit and delivery_attempts must be positive")
-        if start_timeout <= 0 or grace < 0:
+        if self.start_timeout <= 0 or self.grace < 0:
             raise ValueError("start_timeout must be positive and grace not negative")
-        if spawn_limit is None:
-            spawn_limit = 2 * (os.cpu_count() or 1)
-        if spawn_limit < 1:
+        if self.spawn_limit < 1:
             raise ValueError("spawn_limit must be at least 1")
-        socket_path = os.fspath(socket_path)
-        if state_dir is None:
-            state_dir = os.path.dirname(socket_path)
-        return cls(
-            socket_path=socket_path,
-            harness_argv=tuple(harness_argv),
-            heartbeat=heartbeat,
-            miss_limit=miss_limit,
-            restart_limit=restart_limit,
-            grace=grace,
-            start_timeout=start_timeout,
-            delivery_attempts=delivery_attempts,
-            state_dir=os.fspath(state_dir),
-            env=dict(os.environ if env is None else env),
-            reap_orphans=reap_orphans,
-            adopt=adopt,
-            spawn_limit=spawn_limit,
-        )
 
     @property
     def patience(self) -> float:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import attrs
 import trio
 
 from ..epochs import EpochStore
@@ -26,28 +27,18 @@ from ._settings import Settings
 from ._state import SessionState
 
 
+@attrs.define(eq=False)
 class Starter:
     """Makes sure a session has one healthy harness attached."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: EpochStore,
-        lease: HostLease,
-        sessions: Sessions,
-        harnesses: Harnesses,
-        judge: Judge,
-        records: Records,
-        tasks: Tasks,
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.lease = lease
-        self.sessions = sessions
-        self.harnesses = harnesses
-        self.judge = judge
-        self.records = records
-        self.tasks = tasks
+    settings: Settings
+    store: EpochStore
+    lease: HostLease
+    sessions: Sessions
+    harnesses: Harnesses
+    judge: Judge
+    records: Records
+    tasks: Tasks
 
     async def start(self, session: Session, *, nudge: bool) -> Attached:
         """The decision; see the module's docstring. A reattach sends a ``Nudge`` unless

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+import attrs
 import trio
 
 from ..process import reap_orphans
@@ -29,29 +30,19 @@ from ._starter import Starter
 logger = logging.getLogger("tether.agentd")
 
 
+@attrs.define(eq=False)
 class Watchdog:
     """Pings, judges, replaces phantoms and (if the daemon owns its children) reaps orphans."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        clock: AwakeClock,
-        sessions: Sessions,
-        judge: Judge,
-        harnesses: Harnesses,
-        starter: Starter,
-        lease: HostLease,
-        tasks: Tasks,
-    ) -> None:
-        self.settings = settings
-        self.clock = clock
-        self.sessions = sessions
-        self.judge = judge
-        self.harnesses = harnesses
-        self.starter = starter
-        self.lease = lease
-        self.tasks = tasks
-        self._throttle = Throttle()
+    settings: Settings
+    clock: AwakeClock
+    sessions: Sessions
+    judge: Judge
+    harnesses: Harnesses
+    starter: Starter
+    lease: HostLease
+    tasks: Tasks
+    _throttle: Throttle = attrs.field(factory=Throttle, init=False)
 
     async def run(self) -> None:
         """Tick until cancelled; a tick that fails is logged and the next one follows."""

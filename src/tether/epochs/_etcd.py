@@ -59,7 +59,9 @@ _WIDTH = 20
 
 
 class EtcdEpochStore(FencedStore):
-    """The ``EpochStore`` shared by daemons on several hosts, on an etcd cluster.
+    """The ``EpochStore`` shared by daemons on several hosts, on an etcd cluster: a facade whose
+    methods are the ``LeasedEpochStore`` protocol, over ``EtcdClient``, ``HostLease``,
+    ``EtcdOutbox`` and ``watch_released``.
 
     Args:
         endpoints: client URLs (``http://host:port``) or ``host:port`` pairs of the members.
