@@ -146,7 +146,7 @@ def test_top_level_reexports_every_public_name() -> None:
 def test_subpackages_list_what_they_export() -> None:
     assert set(tether.channels.__all__) == PUBLIC["tether.channels"]
     assert set(tether.process.__all__) == PUBLIC["tether.process"] | PROCESS_TOOLS
-    assert set(tether.agentd.__all__) == PUBLIC["tether.agentd"]
+    assert set(tether.agentd.__all__) == PUBLIC["tether.agentd"] | {"EventKind"}
     assert set(tether.liveness.__all__) == PUBLIC["tether.liveness"]
     assert set(tether.jobs.__all__) == PUBLIC["tether.jobs"]
     assert set(tether.signals.__all__) == PUBLIC["tether.signals"] | {"receive"}

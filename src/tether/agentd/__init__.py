@@ -4,6 +4,7 @@ durable outbox and restart limits; every outcome is reported and every attempt b
 from .._util import reexport
 from ._daemon import Agentd as Agentd
 from ._events import AgentEvent as AgentEvent
+from ._events import EventKind as EventKind
 from ._outcomes import AgentdError as AgentdError
 from ._outcomes import Attached as Attached
 from ._outcomes import Delivered as Delivered
@@ -22,6 +23,7 @@ __all__ = [
     "Attached",
     "Delivered",
     "DeliveryFailed",
+    "EventKind",
     "PromptTooLarge",
     "SessionFailed",
     "SessionState",
