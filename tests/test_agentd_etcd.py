@@ -258,6 +258,9 @@ async def test_without_quorum_the_daemon_refuses_work_and_confirms_nothing(
     finally:
         await store.aclose()
         kill_marked(session)
+        # The SIGKILLed harness's keeper went to the nearest subreaper, this test process,
+        # which reaps it as init would.
+        await wait_until(lambda: marked(session) == [] and reap_zombie_children())
 
 
 class DeafStore(EtcdEpochStore):

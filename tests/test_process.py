@@ -321,8 +321,9 @@ async def test_spawn_needs_an_open_group() -> None:
         ChildGroup("s", 1, reap_interval=0)
 
 
+@pytest.mark.parametrize("keeper", [True, False], ids=["keeper", "fallback"])
 async def test_an_escaped_orphan_that_exits_early_is_reaped_while_the_group_lives(
-    tmp_path: Path,
+    tmp_path: Path, keeper: bool
 ) -> None:
     session = unique_session()
     ready = tmp_path / "ready"
@@ -339,11 +340,14 @@ async def test_an_escaped_orphan_that_exits_early_is_reaped_while_the_group_live
         open(sys.argv[1], "w").close()
         signal.pause()
     """
-    async with ChildGroup(session, 1, grace=GRACE, reap_interval=0.05) as group:
+    async with ChildGroup(session, 1, grace=GRACE, reap_interval=0.05, keeper=keeper) as group:
         await group.spawn(python(code, str(ready)))
         await wait_until(lambda: ready.exists() and Path(f"{ready}.daemon").exists())
         daemon = int(Path(f"{ready}.daemon").read_text())
-        await wait_until(lambda: psutil.Process(daemon).ppid() == os.getpid())
+        # the keeper is the nearest subreaper; without one, this process is
+        adopter = group.keeper_pid if keeper else os.getpid()
+        assert adopter is not None
+        await wait_until(lambda: psutil.Process(daemon).ppid() == adopter)
         await wait_until(lambda: not psutil.pid_exists(daemon))
         assert zombie_children() == []
 
@@ -358,14 +362,14 @@ async def test_other_code_s_children_in_the_owner_are_left_alone(
     monkeypatch.setenv("TETHER_EPOCH", "1")
     other = subprocess.Popen(["sleep", "1000"], start_new_session=True)
     try:
-        async with ChildGroup(session, 1, grace=GRACE, reap_interval=0.01) as group:
+        async with ChildGroup(session, 1, grace=GRACE, reap_interval=0.01, keeper=False) as group:
             await group.spawn(["sleep", "1000"])
             await wait_until(lambda: any(p.pid == other.pid for p in marked(session)))
             assert other.pid not in {ref.pid for ref in group.members()}
             other.send_signal(signal.SIGUSR1)  # dies; the reaper must leave its status to us
             await wait_until(lambda: psutil.Process(other.pid).status() == "zombie")
             for _ in range(3):  # reaper passes, run here rather than waited for
-                group._reap_once()
+                group._reaper.reap_once()
         assert other.wait(timeout=5) == -signal.SIGUSR1
     finally:
         other.kill()

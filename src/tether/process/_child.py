@@ -1,4 +1,5 @@
-"""``Child``: one process a ``ChildGroup`` started, waited for through a pidfd."""
+"""``Child``: one process a ``ChildGroup`` started: waited for through a pidfd if it is this
+process's own child, or told of its exit by the group's keeper, which is its parent."""
 
 from __future__ import annotations
 
@@ -22,20 +23,27 @@ logger = logging.getLogger("tether.process")
 class Child(metaclass=NoPublicConstructor):
     """A process started by ``ChildGroup.spawn``: the leader of its own session and group."""
 
-    def __init__(self, ref: ProcessRef, argv: Sequence[str], name: str, grace: float) -> None:
+    def __init__(
+        self, ref: ProcessRef, argv: Sequence[str], name: str, grace: float, *, kept: bool = False
+    ) -> None:
         self.ref = ref
         self.argv = tuple(argv)
         self.name = name
         self.grace = grace
         self.returncode: int | None = None
         """The exit status once reaped: the code, or ``-signo`` if a signal killed it."""
-        try:
-            self._pidfd = pidfd_open(ref.pid)
-        except ProcessLookupError:  # pragma: no cover - our unreaped child cannot vanish
-            self._pidfd = None
+        self._kept = kept
+        """Whether the group's keeper is its parent (and reports its exit)."""
+        self._reported = trio.Event()
+        self._pidfd: int | None = None
         self._watching = False
         self._watch_done = trio.Event()
-        SPAWNED[ref.pid] = self
+        if not kept:
+            try:
+                self._pidfd = pidfd_open(ref.pid)
+            except ProcessLookupError:  # pragma: no cover - our unreaped child cannot vanish
+                self._pidfd = None
+            SPAWNED[ref.pid] = self
 
     @property
     def pid(self) -> int:
@@ -48,7 +56,7 @@ class Child(metaclass=NoPublicConstructor):
 
     def poll(self) -> int | None:
         """Reap the child if it has exited; its ``returncode`` or ``None``. Not a checkpoint."""
-        if self.returncode is not None:
+        if self.returncode is not None or self._kept:
             return self.returncode
         try:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
@@ -65,6 +73,7 @@ class Child(metaclass=NoPublicConstructor):
 
     def _reaped(self, code: int) -> None:
         self.returncode = code
+        self._reported.set()
         SPAWNED.pop(self.pid, None)
         if self._pidfd is not None:
             trio.lowlevel.notify_closing(self._pidfd)  # a task in wait() sees it and re-checks
@@ -76,6 +85,10 @@ class Child(metaclass=NoPublicConstructor):
 
         Cancel safety: safe; the child is untouched and a later ``wait`` still works.
         """
+        if self._kept:
+            await self._reported.wait()
+            assert self.returncode is not None
+            return self.returncode
         while self.returncode is None:
             if self._watching:
                 await self._watch_done.wait()

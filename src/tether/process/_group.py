@@ -1,5 +1,13 @@
 """``ChildGroup``: the children of one session and epoch, and everything they start.
 
+The group's children are spawned by its keeper (``tether._keeper``, ADR 0023), a small process
+that is their parent and child subreaper: every process they start stays below it, however it
+escapes its session, and if this process dies, however it dies (SIGKILL, an unhandled SIGTERM,
+``os._exit``, the OOM killer), the keeper stops them all. It also reaps every orphan, so this
+process is never left holding a zombie. Where there is no keeper (off Linux, or it could not
+start or was killed), the group falls back to making this process the subreaper and telling its
+orphans by their mark (``OrphanReaper``).
+
 Leaving the group, by return, exception, cancellation or signal, stops every tree with the
 escalation of ``_teardown.stop_processes`` inside a shielded scope bounded by
 ``2 * grace + 1`` seconds, so a cancelled harness still leaves no survivor.
@@ -7,7 +15,6 @@ escalation of ``_teardown.stop_processes`` inside a shielded scope bounded by
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
@@ -18,22 +25,22 @@ from typing import Self, final
 
 import trio
 
+from ._adoptive import OrphanReaper
 from ._child import Child
-from ._proc import Stat, become_subreaper
+from ._keeper import Keeper, KeeperUnavailable
+from ._proc import become_subreaper
 from ._ref import ProcessRef
-from ._registry import SPAWNED
-from ._spawn import spawn_process
+from ._spawn import prepare, spawn_process
 from ._table import (
     EPOCH_VAR,
     GROUP_VAR,
     INHERITED,
     SESSION_VAR,
     descendants,
-    marks,
     refs,
     snapshot,
 )
-from ._teardown import KILL_WAIT, stop_processes
+from ._teardown import KILL_WAIT, stop_processes, wait_gone
 from ._twins import find_twins
 
 logger = logging.getLogger("tether.process")
@@ -42,20 +49,22 @@ _group_ids = itertools.count(1)
 
 RECHECKS = 3
 RECHECK_DELAY = 0.005
+REPORT_WAIT = 1.0
+"""Seconds the group waits, at its exit, for the keeper's reports of its children's exits."""
 
 
 @final
 class ChildGroup:
-    """Owns the process trees of one session and epoch; leaving it leaves none behind.
+    """Owns the process trees of one session and epoch; leaving it leaves none behind, and so
+    does the death of this process.
 
     Args:
         session: marks every child's environment as ``TETHER_SESSION``.
         epoch: marks every child's environment as ``TETHER_EPOCH``. (``TETHER_GROUP`` names
-            this group, so its orphans are told from other code's children.)
+            this group, so its processes are told from other code's children.)
         grace: seconds between SIGINT, SIGTERM and SIGKILL when stopping.
-
-    Entering makes this process a child subreaper (Linux), so descendants that escape their
-    tree are reparented here and can be found and reaped.
+        reap_interval: how often the fallback (keeper-less) group reaps its orphans.
+        keeper: spawn through a keeper process (the default on Linux; see the module).
 
     Example::
 
@@ -65,7 +74,13 @@ class ChildGroup:
     """
 
     def __init__(
-        self, session: str, epoch: int, grace: float = 2.0, *, reap_interval: float = 1.0
+        self,
+        session: str,
+        epoch: int,
+        grace: float = 2.0,
+        *,
+        reap_interval: float = 1.0,
+        keeper: bool = True,
     ) -> None:
         if grace < 0 or reap_interval <= 0:
             raise ValueError(
@@ -76,10 +91,13 @@ class ChildGroup:
         self.grace = grace
         self.reap_interval = reap_interval
         self._children: list[Child] = []
-        self._adopted: dict[int, ProcessRef] = {}
         self._group_id = f"{os.getpid()}-{next(_group_ids)}"
         self._state = "new"
-        self._reaper: trio.CancelScope | None = None
+        self._want_keeper = keeper and hasattr(os, "pidfd_open")
+        self._keeper: Keeper | None = None
+        self._keeper_lost = False
+        self._reaper = OrphanReaper(self._group_id, self._sessions, reap_interval)
+        self._nursery: trio.Nursery | None = None
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
 
     def __repr__(self) -> str:
@@ -93,13 +111,26 @@ class ChildGroup:
         """Every child spawned so far, in order (reaped ones included)."""
         return tuple(self._children)
 
+    @property
+    def keeper_pid(self) -> int | None:
+        """The pid of the group's keeper, while it runs (``None`` without one)."""
+        return self._keeper.pid if self._keeper is not None and self._keeper.alive else None
+
     async def __aenter__(self) -> Self:
         if self._state != "new":
             raise RuntimeError("a ChildGroup can be entered once")
-        become_subreaper()
         self._nursery_manager = trio.open_nursery()
-        nursery = await self._nursery_manager.__aenter__()
-        await nursery.start(self._reap_orphans, name=f"tether orphan reaper {self.session}")
+        self._nursery = nursery = await self._nursery_manager.__aenter__()
+        if self._want_keeper:
+            try:
+                self._keeper = await Keeper.start(self.grace)
+            except KeeperUnavailable as exc:
+                logger.warning("session %s: %s; the group has no keeper", self.session, exc)
+        if self._keeper is not None:
+            self._keeper.on_lost = self._lost
+            nursery.start_soon(self._keeper.serve, name=f"tether keeper {self.session}")
+        else:
+            await self._adopt_orphans()
         self._state = "open"
         return self
 
@@ -112,53 +143,37 @@ class ChildGroup:
         try:
             await self.aclose()
         finally:
-            assert self._reaper is not None
             assert self._nursery_manager is not None
-            self._reaper.cancel()
-            # The reaper never raises; the body's own exception propagates on its own.
+            self._reaper.stop()
+            # The reaper and the keeper's reader never raise; the body's own exception
+            # propagates on its own.
             await self._nursery_manager.__aexit__(None, None, None)
 
-    async def _reap_orphans(self, task_status: trio.TaskStatus[None]) -> None:
-        """Adopt orphans of the group while they live (their environment is readable then) and
-        reap them once they exit, so a long-lived owner collects no zombies."""
-        # Its own scope: the nursery's would also cancel the body of ``async with ChildGroup``.
-        with trio.CancelScope() as self._reaper:
-            task_status.started()
-            while True:
-                await trio.sleep(self.reap_interval)
-                self._reap_once()
+    async def _adopt_orphans(self) -> None:
+        become_subreaper()
+        assert self._nursery is not None
+        await self._nursery.start(self._reaper.run, name=f"tether orphan reaper {self.session}")
 
-    def _reap_once(self) -> None:
-        for pid in self._orphans(snapshot()):
-            ref = self._adopted.get(pid)
-            if ref is None:
-                try:
-                    ref = self._adopted[pid] = ProcessRef.of(pid)
-                except ProcessLookupError:
-                    continue
-            if ref.state() == "Z":
-                _reap_orphan(pid)
-                del self._adopted[pid]
+    def _lost(self) -> None:
+        """The keeper is gone. At the group's close that is as it should be; before, it was
+        killed: its children went to the nearest subreaper or init, and the group finds them
+        by their mark from now on (and spawns in this process, as a subreaper)."""
+        if self._state != "open":
+            return
+        assert self._keeper is not None
+        assert self._nursery is not None
+        self._keeper_lost = True
+        logger.error(
+            "session %s: keeper pid %d died; its processes are found by their mark now",
+            self.session,
+            self._keeper.pid,
+        )
+        for child in self._keeper.unreported():
+            self._nursery.start_soon(_lost_status, child)
+        self._nursery.start_soon(self._adopt_orphans)
 
-    def _marked(self, pid: int) -> bool:
-        mark = marks(pid)
-        return mark is not None and mark.group == self._group_id
-
-    def _orphans(self, stats: dict[int, Stat]) -> set[int]:
-        """This process's children that belong to the group but were not spawned by it."""
-        me = os.getpid()
-        sessions = {child.pid for child in self._children}
-        found: set[int] = set()
-        for pid, stat in stats.items():
-            if stat.ppid != me or pid in SPAWNED:
-                continue
-            adopted = self._adopted.get(pid)
-            if adopted is not None and adopted.state() is None:
-                del self._adopted[pid]  # gone without us: its pid may be another's now
-                adopted = None
-            if adopted is not None or stat.session in sessions or self._marked(pid):
-                found.add(pid)
-        return found
+    def _sessions(self) -> set[int]:
+        return {child.pid for child in self._children}
 
     async def spawn(
         self,
@@ -195,15 +210,23 @@ class ChildGroup:
         for var in INHERITED:
             if var in os.environ:
                 full_env.setdefault(var, os.environ[var])
-        pid = spawn_process(argv, full_env, None if cwd is None else os.fspath(cwd))
-        child = Child._create(
-            ProcessRef.of(pid), argv, name or os.path.basename(argv[0]), self.grace
-        )
+        directory = None if cwd is None else os.fspath(cwd)
+        label = name or (os.path.basename(argv[0]) if argv else "")
+        keeper = self._keeper
+        if keeper is not None and keeper.alive:
+            path, args = prepare(argv, full_env, directory)
+            ref = await keeper.spawn(argv[0], path, args, full_env)
+            child = Child._create(ref, argv, label, self.grace, kept=True)
+            keeper.watch(child)
+            await keeper.ack(ref.pid)
+        else:
+            pid = spawn_process(argv, full_env, directory)
+            child = Child._create(ProcessRef.of(pid), argv, label, self.grace)
+            await trio.lowlevel.checkpoint()
         self._children.append(child)
         logger.info(
-            "spawned %s pid=%d session=%s epoch=%d", child.name, pid, self.session, self.epoch
+            "spawned %s pid=%d session=%s epoch=%d", child.name, child.pid, self.session, self.epoch
         )
-        await trio.lowlevel.checkpoint()
         return child
 
     async def replace_twins(self) -> None:
@@ -222,11 +245,18 @@ class ChildGroup:
             logger.error("%d twins of session %s survived", len(survivors), self.session)
 
     def members(self) -> set[ProcessRef]:
-        """Every process this group answers for now: its children's trees, and the orphans
-        carrying its mark (or its children's sessions) that were reparented to this process."""
+        """Every process this group answers for now: every process below its keeper; without
+        one, its children's trees and the orphans carrying its mark (or its children's
+        sessions) that were reparented to this process, and, once a keeper was lost, every
+        process carrying its mark wherever it went."""
         stats = snapshot()
+        keeper = self._keeper
+        if keeper is not None and keeper.alive:
+            return refs(descendants(stats, [keeper.pid]))
         roots = {child.pid for child in self._children if child.returncode is None}
-        roots |= self._orphans(stats)
+        roots |= self._reaper.orphans(stats)
+        if self._keeper_lost:
+            roots |= {pid for pid in stats if self._reaper.marked(pid)}
         return refs(roots | descendants(stats, roots))
 
     async def aclose(self) -> None:
@@ -234,13 +264,12 @@ class ChildGroup:
         if self._state == "closed":
             return
         self._state = "closing"
-        if self._reaper is not None:
-            self._reaper.cancel()
+        self._reaper.stop()
         leaders = [child.ref for child in self._children]
         with trio.move_on_after(2 * self.grace + KILL_WAIT, shield=True):
             await stop_processes(self.members, leaders, self.grace)
             # One look can miss a descendant caught mid-exec (its environment, and so its mark,
-            # unreadable for an instant) or one reparented to us just after: look again.
+            # unreadable for an instant) or one reparented just after: look again.
             for _ in range(RECHECKS):
                 await trio.sleep(RECHECK_DELAY)
                 if not self.members():
@@ -251,9 +280,28 @@ class ChildGroup:
             logger.error(
                 "session %s: survivor after teardown: %s", self.session, survivor.describe()
             )
+        with trio.CancelScope(shield=True):
+            await self._close_keeper()
         self._state = "closed"
 
+    async def _close_keeper(self) -> None:
+        """Wait (bounded) for the keeper's last reports, then let it go."""
+        keeper = self._keeper
+        if keeper is None:
+            return
+        with trio.move_on_after(REPORT_WAIT):
+            for child in self._children:
+                if child.returncode is None and keeper.alive:
+                    await child.wait()
+        await keeper.close()
+        for child in keeper.unreported():
+            await _lost_status(child)
 
-def _reap_orphan(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):  # someone else's waitpid(-1) got it first
-        os.waitpid(pid, os.WNOHANG)
+
+async def _lost_status(child: Child) -> None:
+    """A child whose keeper is gone: wait until it is gone too; its status went with the
+    keeper (0, as ``subprocess`` says of a status someone else reaped, and logged)."""
+    await wait_gone({child.ref}, cap=0.1)
+    if child.returncode is None:
+        logger.warning("child %s: its exit status was lost with the keeper", child.pid)
+        child._reaped(0)

@@ -16,7 +16,7 @@ import shutil
 import signal
 from collections.abc import Mapping, Sequence
 
-_DEFAULT_DISPOSITIONS = frozenset(
+DEFAULT_DISPOSITIONS = frozenset(
     s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)
 )
 _CHDIR_THEN_EXEC = 'cd -- "$0" && exec "$@"'
@@ -54,6 +54,26 @@ def resolve(program: str, env: Mapping[str, str], cwd: str | None) -> str:
     return found
 
 
+def prepare(
+    argv: Sequence[str], env: Mapping[str, str], cwd: str | None
+) -> tuple[str, list[str]]:
+    """The path to execute and its arguments for ``argv`` in ``cwd``, checked first.
+
+    Raises:
+        SpawnError: the program or ``cwd`` is unusable.
+        ValueError: ``argv`` is empty.
+    """
+    if not argv:
+        raise ValueError("argv must name a program")
+    program = argv[0]
+    if cwd is not None and not os.path.isdir(cwd):
+        raise SpawnError(program, errno.ENOENT, f"working directory {cwd!r} does not exist")
+    path = resolve(program, env, cwd)
+    if cwd is None:
+        return path, list(argv)
+    return "/bin/sh", ["/bin/sh", "-c", _CHDIR_THEN_EXEC, cwd, path, *argv[1:]]
+
+
 def spawn_process(
     argv: Sequence[str], env: Mapping[str, str], cwd: str | None, *, output: int | None = None
 ) -> int:
@@ -66,16 +86,8 @@ def spawn_process(
         SpawnError: the program or ``cwd`` is unusable, or the kernel refused to execute it.
         ValueError: ``argv`` is empty.
     """
-    if not argv:
-        raise ValueError("argv must name a program")
+    path, args = prepare(argv, env, cwd)
     program = argv[0]
-    if cwd is not None and not os.path.isdir(cwd):
-        raise SpawnError(program, errno.ENOENT, f"working directory {cwd!r} does not exist")
-    path = resolve(program, env, cwd)
-    args = list(argv)
-    if cwd is not None:
-        args = ["/bin/sh", "-c", _CHDIR_THEN_EXEC, cwd, path, *argv[1:]]
-        path = "/bin/sh"
     try:
         return os.posix_spawn(
             path,
@@ -83,7 +95,7 @@ def spawn_process(
             dict(env),
             setsid=True,
             setsigmask=(),
-            setsigdef=_DEFAULT_DISPOSITIONS,
+            setsigdef=DEFAULT_DISPOSITIONS,
             file_actions=_redirect(output),
         )
     except OSError as exc:

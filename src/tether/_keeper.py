@@ -1,0 +1,210 @@
+"""The keeper of a ``ChildGroup``: a small process that spawns the group's children, is their
+child subreaper, reaps every process that ends up its child, reports each exit status to the
+owner, and stops every process below it when the owner dies, however the owner dies (ADR 0023).
+
+It runs as ``python -I -S -c ...`` and imports only the standard library (and
+``tether._procfs``, which does too), so it starts in tens of milliseconds. It talks to its
+owner over one Unix stream socket, in frames of a 4-byte big-endian length and a JSON object:
+
+    keeper -> owner   {"op": "ready", "pid": N}
+    owner  -> keeper  {"op": "spawn", "path": ..., "args": [...], "env": {...}, "fds": [...]}
+                      (with the descriptors to pass, by SCM_RIGHTS, in ``fds`` order)
+    keeper -> owner   {"op": "spawned", "pid": N} or {"op": "failed", "errno": E}
+    owner  -> keeper  {"op": "ack", "pid": N}   (the owner holds N's identity: it may be reaped)
+    keeper -> owner   {"op": "exit", "pid": N, "code": C}
+    owner  -> keeper  {"op": "close"}           (stop what is left, reap, exit)
+
+A spawned child is not reaped before its ``ack``, so its pid cannot be reused while the owner
+builds its ``ProcessRef``. The owner is watched through a pidfd (never ``PR_SET_PDEATHSIG``,
+which fires when the owner's *thread* that forked exits) and by the socket's end of file.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import select
+import socket
+import struct
+import sys
+from typing import Any
+
+from . import _procfs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import signal
+else:
+    import _signal as signal  # without its enums: see tether._procfs
+
+_HEADER = struct.Struct(">I")
+_IGNORED = (
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGTSTP,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+    signal.SIGPIPE,
+)
+"""A keeper outlives terminal and group signals: it is the one that must stop the others."""
+_DEFAULTS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+
+
+class Keeper:
+    def __init__(self, sock: socket.socket, owner: int, grace: float) -> None:
+        self.sock = sock
+        self.owner = owner
+        self.grace = grace
+        self.me = os.getpid()
+        self.buffer = b""
+        self.fds: list[int] = []
+        self.held: set[int] = set()
+        """Spawned children not acknowledged yet: their zombies keep their pids."""
+        self.spawned: set[int] = set()
+        """Children the owner spawned and waits for."""
+
+    def send(self, message: dict[str, object]) -> None:
+        body = json.dumps(message, separators=(",", ":")).encode()
+        with contextlib.suppress(OSError):  # the owner is gone; its pidfd says so next
+            self.sock.sendall(_HEADER.pack(len(body)) + body)
+
+    def receive(self) -> list[dict[str, Any]] | None:
+        """The whole frames that arrived, or ``None`` at end of file."""
+        data, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(64 * 4))
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+                self.fds.extend(fds)
+        if not data:
+            return None
+        self.buffer += data
+        frames = []
+        while len(self.buffer) >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(self.buffer)
+            if len(self.buffer) < _HEADER.size + length:
+                break
+            frames.append(json.loads(self.buffer[_HEADER.size : _HEADER.size + length]))
+            self.buffer = self.buffer[_HEADER.size + length :]
+        return frames
+
+    def spawn(self, request: dict[str, Any]) -> None:
+        targets = [int(target) for target in request.get("fds") or []]
+        passed, self.fds = self.fds[: len(targets)], self.fds[len(targets) :]
+        pairs = zip(passed, targets, strict=False)  # a descriptor that did not come is skipped
+        actions = [(os.POSIX_SPAWN_DUP2, fd, target) for fd, target in pairs]
+        try:
+            pid = os.posix_spawn(
+                str(request["path"]),
+                [str(a) for a in request["args"]],
+                {str(k): str(v) for k, v in request["env"].items()},
+                setsid=True,
+                setsigmask=(),
+                setsigdef=_DEFAULTS,
+                file_actions=actions,
+            )
+        except OSError as exc:
+            self.send({"op": "failed", "errno": exc.errno or 5})
+        else:
+            self.held.add(pid)
+            self.spawned.add(pid)
+            self.send({"op": "spawned", "pid": pid})
+        finally:
+            for fd in passed:
+                os.close(fd)
+
+    def reap(self) -> None:
+        for pid in _procfs.children(self.me):
+            if pid in self.held:
+                continue
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if done and pid in self.spawned:
+                self.spawned.discard(pid)
+                self.send({"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def stop_all(self, why: str) -> int:
+        """Stop every process below this one (SIGINT, SIGTERM, SIGKILL), reap them all; how
+        many there were."""
+        self.held.clear()
+        below = _procfs.descendants([self.me], _procfs.table())
+        if below:
+            print(
+                f"tether keeper {self.me}: {why}; stopping {len(below)} processes",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        def collect() -> set[_procfs.Identity]:
+            pids = _procfs.descendants([self.me], _procfs.table())
+            return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
+
+        steps = ((signal.SIGINT, self.grace), (signal.SIGTERM, self.grace), (signal.SIGKILL, 1.0))
+        _procfs.escalate(collect, steps, self.reap)
+        self.reap()
+        return len(below)
+
+    def run(self) -> None:
+        try:
+            owner_fd = os.pidfd_open(self.owner)
+        except OSError:
+            self.stop_all("its owner was gone before it started")
+            return
+        if os.getppid() != self.owner:  # the owner died before the pidfd was open
+            self.stop_all(f"owner pid {self.owner} is gone")
+            return
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        self.send({"op": "ready", "pid": self.me})
+        poll = select.poll()
+        for fd in (self.sock.fileno(), owner_fd, wake_r):
+            poll.register(fd, select.POLLIN)
+        while True:
+            try:
+                ready = {fd for fd, _ in poll.poll()}
+            except InterruptedError:
+                continue
+            if wake_r in ready:
+                woken = os.read(wake_r, 512)
+                self.reap()
+                if signal.SIGTERM.to_bytes(1, "little") in woken:
+                    self.stop_all("it was sent SIGTERM")
+                    return
+            if self.sock.fileno() in ready:
+                frames = self.receive()
+                if frames is None:
+                    self.stop_all(f"owner pid {self.owner} closed its end")
+                    return
+                for frame in frames:
+                    op = frame.get("op")
+                    if op == "spawn":
+                        self.spawn(frame)
+                    elif op == "ack":
+                        self.held.discard(int(frame["pid"]))
+                        self.reap()
+                    elif op == "close":
+                        self.stop_all("its owner closed the group")
+                        return
+            if owner_fd in ready:
+                self.stop_all(f"owner pid {self.owner} died")
+                return
+
+
+def main(argv: list[str]) -> None:
+    """``main([socket fd, owner pid, grace])``."""
+    sock_fd, owner, grace = int(argv[0]), int(argv[1]), float(argv[2])
+    for sig in _IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+    sock = socket.socket(fileno=sock_fd)
+    sock.set_inheritable(False)
+    _procfs.prctl(_procfs.PR_SET_CHILD_SUBREAPER, 1)
+    os.chdir("/")
+    Keeper(sock, owner, grace).run()

@@ -1,0 +1,220 @@
+"""``Keeper``: the owner's side of a ``ChildGroup``'s keeper process (``tether._keeper``).
+
+The keeper is started with ``python -I -S`` and a socket, spawns the group's children on
+request, and tells of each exit. If this process dies, however it dies, the keeper sees it
+through a pidfd and stops everything below itself. ADR 0023 says why it is a process of its
+own, and what it costs.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import errno
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import trio
+
+from ._child import Child
+from ._ref import ProcessRef
+from ._spawn import DEFAULT_DISPOSITIONS, SpawnError
+
+logger = logging.getLogger("tether.process")
+
+_HEADER = struct.Struct(">I")
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The directory that holds the ``tether`` package (the keeper runs without site-packages)."""
+_CODE = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from tether._keeper import main; "
+    "main(sys.argv[2:])"
+)
+START_TIMEOUT = 10.0
+"""Seconds a keeper has to say it is ready."""
+
+
+class KeeperUnavailable(RuntimeError):
+    """The keeper could not be started, or is gone."""
+
+
+class Keeper:
+    """One running keeper: ``spawn`` through it; ``serve`` reads what it says (run it in the
+    group's nursery); ``close`` stops what is left below it and waits for it to exit."""
+
+    def __init__(self, process: Child, sock: trio.socket.SocketType, grace: float) -> None:
+        self.process = process
+        self.grace = grace
+        self._sock = sock
+        self._buffer = b""
+        self._lock = trio.Lock()
+        self._reply: dict[str, Any] | None = None
+        self._replied = trio.Event()
+        self._watched: dict[int, Child] = {}
+        self.alive = True
+        self.on_lost: Callable[[], None] = lambda: None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    async def start(cls, grace: float) -> Keeper:
+        """Start a keeper for this process.
+
+        Raises:
+            KeeperUnavailable: it could not be started or did not say it was ready.
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        argv = [
+            sys.executable, "-I", "-S", "-c", _CODE, _ROOT, "3", str(os.getpid()), repr(grace)
+        ]  # fmt: skip
+        try:
+            pid = _spawn(argv, theirs.fileno())
+        except OSError as exc:
+            ours.close()
+            raise KeeperUnavailable(f"cannot start a keeper: {exc}") from exc
+        finally:
+            theirs.close()
+        keeper = cls(Child._create(ProcessRef.of(pid), argv, "keeper", grace), _trio(ours), grace)
+        with trio.move_on_after(START_TIMEOUT):
+            frames = await keeper._read()
+            if frames and frames[0].get("op") == "ready":
+                return keeper
+        await keeper.kill()
+        raise KeeperUnavailable(f"the keeper (pid {pid}) did not start within {START_TIMEOUT}s")
+
+    async def serve(self) -> None:
+        """Read the keeper's messages until it is gone; then run ``on_lost`` (unless closed)."""
+        try:
+            while True:
+                frames = await self._read()
+                if frames is None:
+                    break
+                for frame in frames:
+                    self._dispatch(frame)
+        finally:
+            self.alive = False
+            self._reply = None
+            self._replied.set()
+            self.on_lost()
+
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        op = frame.get("op")
+        if op == "exit":
+            child = self._watched.pop(int(frame["pid"]), None)
+            if child is not None:
+                child._reaped(int(frame["code"]))
+        elif op in ("spawned", "failed"):
+            self._reply = frame
+            self._replied.set()
+
+    async def spawn(
+        self, program: str, path: str, args: Sequence[str], env: Mapping[str, str],
+        fds: Mapping[int, int] | None = None,
+    ) -> ProcessRef:  # fmt: skip
+        """Have the keeper start ``path`` with ``args`` and ``env`` (descriptors ``fds``,
+        target to ours, set up in the child); its identity. ``watch`` and ``ack`` it next.
+
+        Raises:
+            SpawnError: the keeper could not start it, or is gone.
+        """
+        targets = list((fds or {}).keys())
+        sources = [(fds or {})[t] for t in targets]
+        message: dict[str, Any] = {
+            "op": "spawn", "path": path, "args": list(args), "env": dict(env), "fds": targets
+        }  # fmt: skip
+        async with self._lock:
+            if not self.alive:
+                raise SpawnError(program, errno.ECHILD, "the group's keeper is gone")
+            self._replied = trio.Event()
+            await self._send(message, sources)
+            await self._replied.wait()
+            reply, self._reply = self._reply, None
+        if reply is None:
+            raise SpawnError(program, errno.ECHILD, "the group's keeper is gone")
+        if reply["op"] == "failed":
+            raise SpawnError(program, int(reply["errno"]))
+        return ProcessRef.of(int(reply["pid"]))  # the keeper holds its zombie until our ack
+
+    def watch(self, child: Child) -> None:
+        """Route the keeper's report of ``child``'s exit to it."""
+        self._watched[child.pid] = child
+
+    async def ack(self, pid: int) -> None:
+        """Tell the keeper ``pid``'s identity is known: it may reap it from now on."""
+        await self._send({"op": "ack", "pid": pid}, [])
+
+    def unreported(self) -> list[Child]:
+        """The children whose exit the keeper has not reported."""
+        return list(self._watched.values())
+
+    async def close(self) -> None:
+        """Ask the keeper to stop whatever is left below it and exit; wait for it (bounded)."""
+        bound = 2 * self.grace + 2.0
+        if self.alive:
+            with contextlib.suppress(OSError):
+                await self._send({"op": "close"}, [])
+        with trio.move_on_after(bound):
+            await self.process.wait()
+        if self.process.returncode is None:
+            logger.error("keeper pid %d did not exit within %.1fs; killing it", self.pid, bound)
+            await self.kill()
+        self._sock.close()
+
+    async def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        with trio.move_on_after(5.0):
+            await self.process.wait()
+
+    async def _send(self, message: dict[str, Any], fds: list[int]) -> None:
+        body = json.dumps(message, separators=(",", ":")).encode()
+        data = memoryview(_HEADER.pack(len(body)) + body)
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        sent = await self._sock.sendmsg([data], ancillary)
+        while sent < len(data):
+            sent += await self._sock.send(data[sent:])
+
+    async def _read(self) -> list[dict[str, Any]] | None:
+        """The next whole frames (at least one), or ``None`` at end of file."""
+        while True:
+            frames = []
+            while len(self._buffer) >= _HEADER.size:
+                (length,) = _HEADER.unpack_from(self._buffer)
+                if len(self._buffer) < _HEADER.size + length:
+                    break
+                frames.append(json.loads(self._buffer[_HEADER.size : _HEADER.size + length]))
+                self._buffer = self._buffer[_HEADER.size + length :]
+            if frames:
+                return frames
+            try:
+                data = await self._sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                return None
+            self._buffer += data
+
+
+def _trio(sock: socket.socket) -> trio.socket.SocketType:
+    return trio.socket.from_stdlib_socket(sock)
+
+
+def _spawn(argv: list[str], sock: int) -> int:
+    """Start the keeper in a session of its own (no terminal signal reaches it), with a clean
+    signal state and its end of the socket as descriptor 3."""
+    return os.posix_spawn(
+        sys.executable,
+        argv,
+        dict(os.environ),
+        setsid=True,
+        setsigmask=(),
+        setsigdef=DEFAULT_DISPOSITIONS,
+        file_actions=[(os.POSIX_SPAWN_DUP2, sock, 3)],
+    )

@@ -1,0 +1,211 @@
+"""A ``ChildGroup``'s guarantees outlive its owner (issue 17): whatever ends the owner process,
+every process of the group, escaped ones included, is stopped within ``2 * grace + 1`` s and
+reaped, and the owner never holds a zombie. Real owners, real signals, real escapees."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from helpers import python, reap_zombie_children, unique_session, wait_until, zombie_children
+from tether import ChildGroup
+
+GRACE = 0.2
+BOUND = 2 * GRACE + 1.0
+HEADROOM = 3.0  # a loaded 2-core machine; the bound itself is measured in benchmarks/
+
+# Every way of escaping, each writing its pid to argv[1]/<name>: a plain child, setsid, a
+# double-forked setsid daemon, nohup, and one that scrubs its environment and leaves its
+# session (no mark left to find it by).
+ESCAPEES = """
+    import os, subprocess, sys
+    out = sys.argv[1]
+    def spawn(name, argv, **kw):
+        subprocess.Popen(["sh", "-c", 'echo $$ > "$0"; exec "$@"', f"{out}/{name}", *argv], **kw)
+    spawn("plain", ["sleep", "1000"])
+    spawn("setsid", ["setsid", "sleep", "1001"])
+    spawn("nohup", ["nohup", "sleep", "1002"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    spawn("scrubbed", ["env", "-i", "/usr/bin/setsid", "/bin/sleep", "1003"])
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            open(f"{out}/daemon", "w").write(str(os.getpid()))
+            os.execvp("sleep", ["sleep", "1004"])
+        os._exit(0)
+    os.wait()
+    open(f"{out}/ready", "w").close()
+    import signal; signal.signal(signal.SIGINT, lambda *_: sys.exit(0)); signal.pause()
+"""
+
+# An owner: a trio program whose group spawns the escapees and whose own fate is argv[2].
+OWNER = """
+    import os, sys, trio, tether
+    async def main():
+        async with tether.ChildGroup(sys.argv[3], 1, grace=float(sys.argv[4])) as group:
+            await group.spawn([sys.executable, "-c", sys.argv[5], sys.argv[1]])
+            open(sys.argv[1] + "/owner-ready", "w").write(str(group.keeper_pid))
+            if sys.argv[2] == "exit":
+                while not os.path.exists(sys.argv[1] + "/ready"):
+                    await trio.sleep(0.01)
+                os._exit(3)
+            await trio.sleep_forever()
+    trio.run(main)
+"""
+
+NAMES = ("plain", "setsid", "nohup", "scrubbed", "daemon")
+
+
+def escapees(out: Path) -> dict[str, psutil.Process]:
+    found = {}
+    for name in NAMES:
+        try:
+            found[name] = psutil.Process(int((out / name).read_text()))
+        except (FileNotFoundError, ValueError, psutil.NoSuchProcess):
+            continue
+    return found
+
+
+def alive(processes: dict[str, psutil.Process]) -> list[str]:
+    left = []
+    for name, process in processes.items():
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                left.append(name)
+        except psutil.NoSuchProcess:
+            continue
+    return left
+
+
+@pytest.mark.parametrize("death", ["SIGKILL", "SIGTERM", "exit"])
+async def test_no_survivor_however_the_owner_dies(tmp_path: Path, death: str) -> None:
+    """The owner is SIGKILLed, gets an unhandled SIGTERM (its default action kills it; no
+    teardown runs), or calls ``os._exit``: its keeper stops all five escapees."""
+    session = unique_session()
+    owner = subprocess.Popen(
+        python(OWNER, str(tmp_path), death, session, str(GRACE), textwrap.dedent(ESCAPEES))
+    )
+    try:
+        await wait_until(lambda: (tmp_path / "ready").exists(), timeout=20)
+        await wait_until(lambda: len(escapees(tmp_path)) == len(NAMES), timeout=10)
+        tree = escapees(tmp_path)
+        keeper = psutil.Process(int((tmp_path / "owner-ready").read_text()))
+        assert sorted(alive(tree)) == sorted(NAMES)
+        if death != "exit":
+            owner.send_signal(getattr(signal, death))
+        owner.wait(timeout=10)
+        died = time.monotonic()
+        await wait_until(lambda: alive(tree) == [], timeout=BOUND + HEADROOM)
+        took = time.monotonic() - died
+        assert took <= BOUND + HEADROOM, f"survivors {alive(tree)} after {took:.2f}s"
+        await wait_until(lambda: not keeper.is_running() or keeper.status() == "zombie")
+        # The keeper, orphaned by its owner, went to the nearest subreaper: this test process,
+        # which reaps it as init would.
+        await wait_until(reap_zombie_children)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        for process in escapees(tmp_path).values():
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                continue
+    assert owner.returncode == {"SIGKILL": -9, "SIGTERM": -15, "exit": 3}[death]
+
+
+# A parent of 50 orphans that each leave their session and exit at once.
+FAST_ORPHANS = """
+    import os
+    for _ in range(50):
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os._exit(0)
+            os._exit(0)
+    for _ in range(50):
+        os.wait()
+"""
+
+
+async def test_fast_orphans_leave_no_zombie_in_the_owner() -> None:
+    """50 orphans that die before anyone could read their mark: the keeper, their parent by
+    adoption, reaps them all; none is ever this process's zombie."""
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        spawner = await group.spawn(python(FAST_ORPHANS))
+        assert await spawner.wait() == 0
+        assert zombie_children() == []
+        keeper = group.keeper_pid
+        assert keeper is not None
+
+        def none_left() -> bool:
+            return all(
+                child.status() != psutil.STATUS_ZOMBIE
+                for child in psutil.Process(keeper).children()
+            )
+
+        await wait_until(none_left)
+    assert zombie_children() == []
+
+
+async def test_the_owner_s_other_children_are_never_touched() -> None:
+    other = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    try:
+        async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+            mine = await group.spawn(["sleep", "1000"])
+            assert {ref.pid for ref in group.members()} == {mine.pid}
+            other.send_signal(signal.SIGUSR1)
+            await wait_until(lambda: psutil.Process(other.pid).status() == "zombie")
+        assert other.wait(timeout=5) == -signal.SIGUSR1  # its status was left to us
+        assert mine.returncode == -signal.SIGINT
+    finally:
+        other.kill()
+        other.wait()
+
+
+async def test_a_killed_keeper_falls_back_to_marks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """If the keeper itself is SIGKILLed, its children are found by their mark and still
+    stopped when the group exits; spawns after that run in this process."""
+    session = unique_session()
+    async with ChildGroup(session, 1, grace=GRACE) as group:
+        before = await group.spawn(["sleep", "1000"])
+        keeper = group.keeper_pid
+        assert keeper is not None
+        os.kill(keeper, signal.SIGKILL)
+        await wait_until(lambda: group.keeper_pid is None)
+        assert before.pid in {ref.pid for ref in group.members()}
+        after = await group.spawn(["sleep", "1001"])
+        assert psutil.Process(after.pid).ppid() == os.getpid()
+        assert {before.pid, after.pid} <= {ref.pid for ref in group.members()}
+    for pid in (before.pid, after.pid):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    assert after.returncode == -signal.SIGINT
+    assert before.returncode == 0  # its status went with the keeper (logged)
+    assert f"keeper pid {keeper} died" in caplog.text
+    await wait_until(lambda: zombie_children() == [])
+
+
+async def test_a_group_starts_and_closes_its_keeper(tmp_path: Path) -> None:
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        keeper = group.keeper_pid
+        assert keeper is not None
+        process = psutil.Process(keeper)
+        assert process.ppid() == os.getpid()
+        assert process.cwd() == "/"  # it holds no directory busy
+        assert os.getsid(keeper) == keeper  # no terminal signal reaches it
+        child = await group.spawn([sys.executable, "-c", "import sys; sys.exit(7)"])
+        with trio.fail_after(10):
+            assert await child.wait() == 7
+        assert psutil.Process(child.pid).ppid() if psutil.pid_exists(child.pid) else True
+    assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    assert zombie_children() == []
