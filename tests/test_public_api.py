@@ -116,6 +116,8 @@ PROCESS_TOOLS = {
 # DESIGN.md's layers, bottom first; a module may import only from layers before its own.
 LAYERS = [
     "_util",
+    "_procfs",
+    "_keeper",
     "_worker",
     "_sqlite",
     "channels",

@@ -1,21 +1,40 @@
 """The ``tether`` command: ``demo``, ``run``, ``agentd``, ``ps``, ``start``, ``send``, ``stop``,
-``reset`` and ``transcript show|repair``."""
+``reset`` and ``transcript show|repair``.
+
+Each command imports what it needs when it runs: ``tether run`` never imports trio, so it
+starts as fast as the interpreter does.
+"""
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
-from collections.abc import Sequence
-from functools import partial
 
-import trio
-
-from . import _agentd, _run, _transcript
-from ._demo import demo
+TYPE_CHECKING = False  # ``collections.abc`` and ``typing`` cost start-up time
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tether`` console script; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["run"]:
+        from ._run import main as run
+
+        code = run(args[1:])
+        if argv is None:  # the command itself: skip the interpreter's teardown, as tini has none
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
+    import argparse
+    from functools import partial
+
+    import trio
+
+    from . import _agentd, _transcript
+    from ._demo import demo
+
     parser = argparse.ArgumentParser(prog="tether", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser(
@@ -27,29 +46,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     transcript = commands.add_parser("transcript", help="read or repair a session transcript")
     transcript.add_argument("action", choices=("show", "repair"))
     transcript.add_argument("path")
-    run = commands.add_parser(
-        "run", help="run a command under tether: signals forwarded and named, nothing left behind"
+    commands.add_parser(
+        "run",
+        help="run a command like tini: signals forwarded and named, orphans reaped, nothing"
+        " left behind (tether run --help)",
+        add_help=False,
     )
-    run.add_argument("--session", default=None, help="the TETHER_SESSION mark (run-<pid>)")
-    run.add_argument("--grace", type=float, default=2.0, help="seconds per escalation step")
-    run.add_argument("--log", default=None, help="log here instead of stderr")
-    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     _agentd.add_commands(commands)
-    args = parser.parse_args(argv)
-    if args.command == "demo":
+    parsed = parser.parse_args(args)
+    if parsed.command == "demo":
         return trio.run(
-            partial(demo, sys.stdout, scenario=args.scenario, as_json=args.json, keep=args.keep)
+            partial(
+                demo, sys.stdout, scenario=parsed.scenario, as_json=parsed.json, keep=parsed.keep
+            )
         )
-    if args.command == "run":
-        cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-        if not cmd:
-            parser.error("tether run needs a command: tether run -- CMD ARGS...")
-        return _run.run(cmd, session=args.session, grace=args.grace, log=args.log)
-    if args.command == "transcript":
-        return _transcript.run(args.action, args.path, sys.stdout)
-    if args.command in _agentd.COMMANDS:
-        return _agentd.run(args, sys.stdout)
-    parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
+    if parsed.command == "transcript":
+        return _transcript.run(parsed.action, parsed.path, sys.stdout)
+    if parsed.command in _agentd.COMMANDS:
+        return _agentd.run(parsed, sys.stdout)
+    parser.error(f"unknown command {parsed.command!r}")  # pragma: no cover - argparse refuses
 
 
 if __name__ == "__main__":  # pragma: no cover
