@@ -12,6 +12,7 @@ from pathlib import Path
 from ..agentd import Agentd, AgentEvent
 from ..channels import Receiver
 from ..epochs import SqliteEpochStore
+from ..process import find_twins
 from ._timeline import Timeline
 
 EXAMPLE = [sys.executable, "-m", "tether.harness.example"]
@@ -51,3 +52,13 @@ async def show_events(log: Timeline, feed: Receiver[AgentEvent]) -> None:
     async for event in feed:
         where = f"epoch {event.epoch} pid {event.pid}" if event.pid else ""
         log.event("agentd", f"{event.session}: {event.kind} {where} {event.detail}".rstrip())
+
+
+def sleeper_running(agentd: Agentd, session: str, epoch: int) -> bool:
+    """Whether the example agent of ``session``'s harness at ``epoch`` has started its
+    ``setsid`` sleeper: it has its SIGINT handler in place by then."""
+    for ref in find_twins(session, epoch=epoch, store=agentd.store_id):
+        cmd = ref.cmdline()
+        if cmd and os.path.basename(cmd[0]) == "sleep":
+            return True
+    return False

@@ -19,7 +19,7 @@ import trio
 from ..journal import Message, ToolCall, ToolResult, scan
 from ..process import find_twins, start
 from ..wire import Prompt
-from ._demo_daemon import demo_agentd, show_events
+from ._demo_daemon import demo_agentd, show_events, sleeper_running
 from ._timeline import Timeline, Verdict
 
 SESSION = "incident-000"
@@ -53,7 +53,7 @@ async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
         await _until(
             lambda: (
                 any(isinstance(e, ToolCall) for e in _entries(transcript))
-                and len(find_twins(SESSION, epoch=first.epoch, store=agentd.store_id)) >= 3
+                and sleeper_running(agentd, SESSION, first.epoch)
             ),
             "the agent and its setsid grandchild",
         )

@@ -22,7 +22,7 @@ import trio
 from ..agentd import Attached, Delivered, DeliveryFailed
 from ..process import find_twins
 from ..wire import Prompt
-from ._demo_daemon import GRACE, HEARTBEAT, MISS, demo_agentd, show_events
+from ._demo_daemon import GRACE, HEARTBEAT, MISS, demo_agentd, show_events, sleeper_running
 from ._scene_channels import replay_drop, replay_move, replay_stray_clone
 from ._timeline import Timeline, Verdict
 
@@ -57,7 +57,7 @@ async def _supersede(log: Timeline, directory: Path, stray: bool) -> _Reclaimed:
         nursery.start_soon(show_events, log, agentd.subscribe())
         old = await agentd.deliver(session, "think hard")
         with trio.fail_after(20):  # the harness, its agent and the agent's sleeper
-            while len(find_twins(session, epoch=old.epoch, store=agentd.store_id)) < 3:  # noqa: ASYNC110
+            while not sleeper_running(agentd, session, old.epoch):  # noqa: ASYNC110
                 await trio.sleep(0.01)
         new_epoch = await agentd.store.bump(session)
         log.event("store", f"{session} reclaimed elsewhere: epoch {old.epoch} -> {new_epoch}")
