@@ -14,14 +14,28 @@ is then cleaned up (untimed) by the group's exit.
 
 Then the latency from ``kill()`` to the event, for ``tether.signals.receive`` (signalfd, with the
 sender) and ``trio.open_signal_receiver`` (a Python handler, no sender).
+
+Issue 17 adds:
+
+- the same 300-process tree under an owner process that is SIGKILLed: how many of the tree are
+  still alive ``2 x grace + 1`` s later, and how long until none is, with the keeper and with
+  the keeper-less fallback (``ChildGroup(keeper=False)``) side by side;
+- spawn-and-wait of ``true`` through a group (and so its keeper) against
+  ``trio.run_process(["true"])``, median of 200 (target: tether at least 0.8x trio's speed);
+- ``tether run -- true`` against ``python -c pass`` and ``tini -- true`` (if installed), median
+  of 30 wall times (target: under 2x the interpreter's own start-up).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
+import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +47,7 @@ import trio
 
 import tether
 import tether.signals
+from tether.process._table import marks
 
 GRACE = 0.2
 PER_KIND = 100
@@ -167,6 +182,135 @@ async def signal_latency(samples: int) -> list[str]:
     ]
 
 
+OWNER = """
+import sys, trio, tether
+async def main():
+    keeper = sys.argv[4] == "keeper"
+    async with tether.ChildGroup(sys.argv[1], 1, grace=float(sys.argv[3]), keeper=keeper) as g:
+        await g.spawn([sys.executable, "-c", sys.argv[5], sys.argv[2], sys.argv[6]])
+        await trio.sleep_forever()
+trio.run(main)
+"""
+
+
+async def owner_killed_table(rounds: int) -> list[str]:
+    lines = [
+        "",
+        f"The owner SIGKILLed under a tree of {3 * PER_KIND + 1} processes (grace {GRACE} s,"
+        f" {rounds} rounds; the bound is 2 x grace + 1 = {2 * GRACE + 1:.1f} s)",
+        "",
+        "| group | alive at the bound (each round) | time to none, worst |",
+        "| --- | --- | ---: |",
+    ]
+    with tempfile.TemporaryDirectory() as workdir:
+        for mode in ("keeper", "fallback"):
+            counts, times = [], []
+            for _ in range(rounds):
+                left, took = await _kill_owner(workdir, mode)
+                counts.append(left)
+                times.append(took)
+            worst = "never (cleaned up after 5 s)" if math.inf in times else f"{max(times):.3f} s"
+            name = "keeper (default)" if mode == "keeper" else "no keeper (`keeper=False`)"
+            lines.append(f"| {name} | {', '.join(map(str, counts))} | {worst} |")
+    return lines
+
+
+async def _kill_owner(workdir: str, mode: str) -> tuple[int, float]:
+    session = f"bench-{uuid.uuid4().hex[:8]}"
+    ready = os.path.join(workdir, session)
+    owner = await trio.lowlevel.open_process(
+        [sys.executable, "-c", OWNER, session, ready, str(GRACE), mode, LEADER, str(PER_KIND)]
+    )
+    try:
+        with trio.fail_after(120):
+            while not os.path.exists(ready):
+                await trio.sleep(0.01)
+        while marked_alive(session) < 3 * PER_KIND + 1:
+            await trio.sleep(0.01)
+        owner.kill()
+        await owner.wait()
+        died = time.perf_counter()
+        took = math.inf
+        left_at_bound = None
+        while time.perf_counter() - died < 5.0:
+            alive = marked_alive(session)
+            elapsed = time.perf_counter() - died
+            if left_at_bound is None and elapsed >= 2 * GRACE + 1:
+                left_at_bound = alive
+            if alive == 0:
+                took = elapsed
+                break
+            await trio.sleep(0.005)
+        return (left_at_bound if left_at_bound is not None else 0), took
+    finally:
+        for pid in psutil.pids():  # what the fallback leaves, cleaned up untimed
+            mark = marks(pid)
+            if mark is not None and mark.session == session:
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).kill()
+
+
+async def spawn_latency(samples: int) -> list[str]:
+    ours, theirs = [], []
+    async with tether.ChildGroup(f"bench-{uuid.uuid4().hex[:8]}", 1, grace=GRACE) as group:
+        for _ in range(10):  # warm both paths
+            await (await group.spawn(["true"])).wait()
+            await trio.run_process(["true"])
+        for _ in range(samples):
+            started = time.perf_counter()
+            child = await group.spawn(["true"])
+            await child.wait()
+            ours.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await trio.run_process(["true"])
+            theirs.append(time.perf_counter() - started)
+    mine, trios = statistics.median(ours), statistics.median(theirs)
+    return [
+        "",
+        f"Spawn and wait for `true` ({samples} samples, median)",
+        "",
+        "| way | latency | speed / trio's |",
+        "| --- | ---: | ---: |",
+        f"| `ChildGroup.spawn` + `Child.wait` (through the keeper) | {mine * 1e3:.2f} ms"
+        f" | {trios / mine:.2f}x |",
+        f"| `trio.run_process` | {trios * 1e3:.2f} ms | 1.00x |",
+    ]
+
+
+def startup_table(samples: int) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    command = os.path.join(os.path.dirname(sys.executable), "tether")  # the console script
+    ways = [
+        ("`tether run -- true`", [command, "run", "--", "true"]),
+        ("`python -c pass`", [sys.executable, "-c", "pass"]),
+    ]
+    tini = shutil.which("tini")
+    if tini is not None:
+        ways.append(("`tini -s -- true`", [tini, "-s", "--", "true"]))
+    medians = {}
+    for name, argv in ways:
+        subprocess.run(argv, env=env, check=True)  # writes the bytecode caches
+        times = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            subprocess.run(argv, env=env, check=True)
+            times.append(time.perf_counter() - started)
+        medians[name] = statistics.median(times)
+    base = medians["`python -c pass`"]
+    lines = [
+        "",
+        f"Start-up to exit, wall time ({samples} runs, median)",
+        "",
+        "| command | time | / `python -c pass` |",
+        "| --- | ---: | ---: |",
+    ]
+    for name, median in medians.items():
+        lines.append(f"| {name} | {median * 1e3:.1f} ms | {median / base:.2f}x |")
+    if tini is None:
+        lines.append("| `tini` | not installed (`apt-get install tini`) | |")
+    return lines
+
+
 async def main_async(rounds: int, samples: int) -> None:
     import logging
 
@@ -175,6 +319,12 @@ async def main_async(rounds: int, samples: int) -> None:
         print(line, flush=True)
     print(flush=True)
     for line in await teardown_table(rounds):
+        print(line, flush=True)
+    for line in await owner_killed_table(rounds):
+        print(line, flush=True)
+    for line in await spawn_latency(200):
+        print(line, flush=True)
+    for line in startup_table(30):
         print(line, flush=True)
 
 
