@@ -240,6 +240,8 @@ def signal_number(text: str) -> int:
     """
     text = text.strip().upper()
     if text.isdigit():
+        if int(text) not in signal.valid_signals():
+            raise ValueError(f"{text} is not a signal number here")
         return int(text)
     name = text if text.startswith("SIG") else f"SIG{text}"
     for number, known in NAMES.items():
