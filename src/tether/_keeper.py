@@ -40,6 +40,26 @@ else:
     import _signal as signal  # without its enums: see tether._procfs
 
 _HEADER = struct.Struct(">I")
+
+
+def frame(message: dict[str, Any]) -> bytes:
+    """``message`` as one frame of the keeper's protocol: a 4-byte length, then JSON."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    return _HEADER.pack(len(body)) + body
+
+
+def unframe(buffer: bytes) -> tuple[list[dict[str, Any]], bytes]:
+    """The whole frames at the start of ``buffer``, and what is left of it."""
+    frames = []
+    while len(buffer) >= _HEADER.size:
+        (length,) = _HEADER.unpack_from(buffer)
+        if len(buffer) < _HEADER.size + length:
+            break
+        frames.append(json.loads(buffer[_HEADER.size : _HEADER.size + length]))
+        buffer = buffer[_HEADER.size + length :]
+    return frames, buffer
+
+
 _IGNORED = (
     signal.SIGINT,
     signal.SIGHUP,
@@ -66,10 +86,9 @@ class Keeper:
         self.spawned: set[int] = set()
         """Children the owner spawned and waits for."""
 
-    def send(self, message: dict[str, object]) -> None:
-        body = json.dumps(message, separators=(",", ":")).encode()
+    def send(self, message: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):  # the owner is gone; its pidfd says so next
-            self.sock.sendall(_HEADER.pack(len(body)) + body)
+            self.sock.sendall(frame(message))
 
     def receive(self) -> list[dict[str, Any]] | None:
         """The whole frames that arrived, or ``None`` at end of file."""
@@ -81,14 +100,7 @@ class Keeper:
                 self.fds.extend(fds)
         if not data:
             return None
-        self.buffer += data
-        frames = []
-        while len(self.buffer) >= _HEADER.size:
-            (length,) = _HEADER.unpack_from(self.buffer)
-            if len(self.buffer) < _HEADER.size + length:
-                break
-            frames.append(json.loads(self.buffer[_HEADER.size : _HEADER.size + length]))
-            self.buffer = self.buffer[_HEADER.size + length :]
+        frames, self.buffer = unframe(self.buffer + data)
         return frames
 
     def spawn(self, request: dict[str, Any]) -> None:

@@ -63,8 +63,13 @@ def table() -> dict[int, tuple[str, int, int, int]]:
 
 def descendants(roots: Collection[int], procs: dict[int, tuple[str, int, int, int]]) -> set[int]:
     """The pids below ``roots`` in ``procs`` (not the roots themselves)."""
+    return below(roots, {pid: ppid for pid, (_, ppid, _, _) in procs.items()})
+
+
+def below(roots: Iterable[int], parents: dict[int, int]) -> set[int]:
+    """The pids below ``roots`` (not the roots themselves), given each pid's parent."""
     children: dict[int, list[int]] = {}
-    for pid, (_, ppid, _, _) in procs.items():
+    for pid, ppid in parents.items():
         children.setdefault(ppid, []).append(pid)
     found: set[int] = set()
     stack = list(roots)

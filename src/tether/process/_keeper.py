@@ -11,25 +11,23 @@ from __future__ import annotations
 import array
 import contextlib
 import errno
-import json
 import logging
 import os
 import signal
 import socket
-import struct
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import trio
 
+from .._keeper import frame, unframe
 from ._child import Child
 from ._ref import ProcessRef
 from ._spawn import DEFAULT_DISPOSITIONS, SpawnError
 
 logger = logging.getLogger("tether.process")
 
-_HEADER = struct.Struct(">I")
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 """The directory that holds the ``tether`` package (the keeper runs without site-packages)."""
 _CODE = (
@@ -174,8 +172,7 @@ class Keeper:
             await self.process.wait()
 
     async def _send(self, message: dict[str, Any], fds: list[int]) -> None:
-        body = json.dumps(message, separators=(",", ":")).encode()
-        data = memoryview(_HEADER.pack(len(body)) + body)
+        data = memoryview(frame(message))
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         sent = await self._sock.sendmsg([data], ancillary)
         while sent < len(data):
@@ -184,13 +181,7 @@ class Keeper:
     async def _read(self) -> list[dict[str, Any]] | None:
         """The next whole frames (at least one), or ``None`` at end of file."""
         while True:
-            frames = []
-            while len(self._buffer) >= _HEADER.size:
-                (length,) = _HEADER.unpack_from(self._buffer)
-                if len(self._buffer) < _HEADER.size + length:
-                    break
-                frames.append(json.loads(self._buffer[_HEADER.size : _HEADER.size + length]))
-                self._buffer = self._buffer[_HEADER.size + length :]
+            frames, self._buffer = unframe(self._buffer)
             if frames:
                 return frames
             try:

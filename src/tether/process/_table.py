@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import attrs
 import psutil
 
+from .. import _procfs
 from ._proc import Stat, has_arguments, read_stat, user_process
 from ._ref import ProcessRef
 
@@ -48,17 +49,7 @@ def _stat_from_psutil(pid: int) -> Stat | None:
 
 def descendants(stats: dict[int, Stat], roots: Iterable[int]) -> set[int]:
     """The pids below ``roots`` (not the roots themselves)."""
-    children: dict[int, list[int]] = {}
-    for pid, stat in stats.items():
-        children.setdefault(stat.ppid, []).append(pid)
-    found: set[int] = set()
-    stack = list(roots)
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
+    return _procfs.below(roots, {pid: stat.ppid for pid, stat in stats.items()})
 
 
 @attrs.frozen
