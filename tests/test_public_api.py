@@ -39,7 +39,19 @@ PUBLIC = {
         "watch",
     },
     "tether.signals": {"SignalEvent"},
-    "tether.process": {"Child", "ChildGroup", "ProcessRef", "SpawnError", "find_twins"},
+    "tether.process": {
+        "Child",
+        "ChildGroup",
+        "OnStall",
+        "PipeHolder",
+        "ProcessRef",
+        "RunResult",
+        "SpawnError",
+        "ToolActivity",
+        "ToolFailed",
+        "ToolStall",
+        "find_twins",
+    },
     "tether.epochs": {
         "EpochStore",
         "EtcdEpochStore",
@@ -103,6 +115,7 @@ PUBLIC = {
 }
 # Lower-level tools that stay in their subpackage: what a supervisor needs, not an engine.
 PROCESS_TOOLS = {
+    "DEFAULT_STALL_AFTER",
     "become_subreaper",
     "boot_id",
     "reap",
@@ -117,6 +130,7 @@ PROCESS_TOOLS = {
 LAYERS = [
     "_util",
     "_procfs",
+    "_clock",
     "_keeper",
     "_worker",
     "_sqlite",

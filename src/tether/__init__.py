@@ -65,6 +65,12 @@ __all__ = [
     "OneshotReceiver",
     "OneshotSender",
     "ProcessRef",
+    "OnStall",
+    "PipeHolder",
+    "RunResult",
+    "ToolActivity",
+    "ToolFailed",
+    "ToolStall",
     "Receiver",
     "SendError",
     "Sender",
@@ -165,6 +171,12 @@ _LAYER = {
     "Child": "process",
     "ChildGroup": "process",
     "ProcessRef": "process",
+    "OnStall": "process",
+    "PipeHolder": "process",
+    "RunResult": "process",
+    "ToolActivity": "process",
+    "ToolFailed": "process",
+    "ToolStall": "process",
     "SpawnError": "process",
     "find_twins": "process",
     "SignalEvent": "signals",
@@ -277,7 +289,13 @@ if TYPE_CHECKING:
     from .liveness import watch_turn as watch_turn
     from .process import Child as Child
     from .process import ChildGroup as ChildGroup
+    from .process import OnStall as OnStall
+    from .process import PipeHolder as PipeHolder
     from .process import ProcessRef as ProcessRef
+    from .process import RunResult as RunResult
     from .process import SpawnError as SpawnError
+    from .process import ToolActivity as ToolActivity
+    from .process import ToolFailed as ToolFailed
+    from .process import ToolStall as ToolStall
     from .process import find_twins as find_twins
     from .signals import SignalEvent as SignalEvent

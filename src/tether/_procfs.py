@@ -68,13 +68,23 @@ def descendants(roots: Collection[int], procs: dict[int, tuple[str, int, int, in
 
 def below(roots: Iterable[int], parents: dict[int, int]) -> set[int]:
     """The pids below ``roots`` (not the roots themselves), given each pid's parent."""
-    children: dict[int, list[int]] = {}
+    kids: dict[int, list[int]] = {}
     for pid, ppid in parents.items():
-        children.setdefault(ppid, []).append(pid)
+        kids.setdefault(ppid, []).append(pid)
+    return walk(roots, lambda pid: kids.get(pid, ()))
+
+
+def subtree(roots: Iterable[int]) -> set[int]:
+    """The pids below ``roots`` now, read from their ``children`` files (no table scan)."""
+    return walk(roots, children)
+
+
+def walk(roots: Iterable[int], kids: Callable[[int], Iterable[int]]) -> set[int]:
+    """Everything below ``roots`` (not the roots themselves), given each pid's children."""
     found: set[int] = set()
     stack = list(roots)
     while stack:
-        for child in children.get(stack.pop(), ()):
+        for child in kids(stack.pop()):
             if child not in found:
                 found.add(child)
                 stack.append(child)

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
-import trio
 
 from ..channels import Receiver, WeakSender
 from ..journal import Transcript
-from ..process import ChildGroup
+from ..liveness import Ledger
+from ..process import ChildGroup, RunResult
 from ..wire import Nudge, Prompt
+from ._tools import Tools
 
 logger = logging.getLogger("tether.harness")
 
@@ -39,32 +40,50 @@ class HarnessContext:
     shutdown_reason: str | None = None
     """Set by the harness before it cancels the engine: why, for the ``aborted`` results."""
 
-    async def tool(self, name: str, args: dict[str, Any], fn: Callable[[], Awaitable[T]]) -> T:
-        """Run a tool with its call and result in the transcript.
+    ledger: Ledger | None = None
+    """Where tool runs' silences are kept, so each tool's stall threshold comes from evidence."""
+    tools: Tools = attrs.field(init=False)
+    """The tool calls: ``tools.open`` has each running call and its silence."""
+
+    def __attrs_post_init__(self) -> None:
+        reason = lambda: self.shutdown_reason  # noqa: E731 - read when a call is cut short
+        self.tools = Tools(self.transcript, self.children, self.ledger, reason)
+
+    async def tool(
+        self,
+        name: str,
+        args: dict[str, Any],
+        fn: Callable[[], Awaitable[T]],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the tool's own, recorded as its result
+    ) -> T:
+        """Run a Python tool with its call and result in the transcript.
 
         The call is durable before ``fn`` runs; its result (``ok`` with what ``fn`` returned,
-        ``error`` with the exception, or ``aborted`` if cancelled) is recorded after.
+        ``error`` with the exception, or ``aborted``: cancelled, naming why, or after
+        ``timeout`` seconds, when ``trio.TooSlowError`` is raised) is recorded after. ``fn``
+        marks its progress with ``ctx.progress()``.
 
         Raises:
             JournalError: the call could not be made durable; ``fn`` did not run.
         """
-        call = await self.transcript.tool_call(name, args)
-        try:
-            output = await fn()
-        except trio.Cancelled:
-            with trio.CancelScope(shield=True):
-                reason = self.shutdown_reason or "cancelled while the tool ran"
-                await self.transcript.tool_result(call.id, None, "aborted", reason=reason)
-            raise
-        except Exception as exc:
-            with trio.CancelScope(shield=True):
-                await self.transcript.tool_result(call.id, f"{type(exc).__name__}: {exc}", "error")
-            raise
-        await self.transcript.tool_result(call.id, _jsonable(output), "ok")
-        return output
+        return await self.tools.call(name, args, fn, timeout)
 
+    async def run_tool(self, name: str, argv: Sequence[str], **run: Any) -> RunResult:
+        """Run a program as tool ``name`` (``ChildGroup.run`` with ``run``'s keywords), its
+        call durable first and its result after: ``ok`` with the code and the output (each
+        stream cut at 64 KiB in the transcript, the whole of it in a file beside it),
+        ``error``, or ``aborted`` with the reason (a stall, naming its threshold and where that
+        came from, a timeout, or the signal's sender). ``stall_after`` defaults to the
+        threshold the ledger's healthy runs of ``name`` justify (300 s without evidence).
 
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool | list | dict):
-        return value
-    return repr(value)
+        Raises:
+            JournalError: the call could not be made durable; nothing ran.
+            SpawnError: the program cannot be executed (recorded as ``error``).
+            ToolFailed: with ``check=True``, a non-zero code, a timeout or a stall.
+        """
+        return await self.tools.run(name, argv, **run)
+
+    def progress(self, note: str | None = None) -> None:
+        """The Python tool this task runs (inside ``tool``) made progress."""
+        self.tools.progress(note)

@@ -15,16 +15,19 @@ explains the ownership: the command channel's only strong sender is moved into t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 
 import trio
 
 from .. import signals
 from ..channels import ChannelClosed, Receiver
 from ..journal import Transcript
+from ..liveness import Ledger
 from ..process import ChildGroup
 from ._context import Engine
 from ._supervisor import Cause, HarnessSettings, Supervisor
@@ -40,14 +43,16 @@ def run_harness(
     transcript: str | os.PathLike[str] | None = None,
     grace: float | None = None,
     reconnect_for: float | None = None,
+    ledger: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run ``engine`` as a harness until one cause ends it; the process's exit code.
 
     Each keyword defaults to what agentd sets for its harnesses: ``TETHER_SESSION``,
     ``TETHER_EPOCH``, ``TETHER_AGENTD`` (the socket), ``TETHER_STATE_DIR`` (the transcript is
     ``<state dir>/<session>.jsonl``), ``TETHER_GRACE`` (default 2 s) and
-    ``TETHER_RECONNECT_FOR`` (default 10 s). Call it from the main thread before starting any
-    other thread, so signals are read with their senders.
+    ``TETHER_RECONNECT_FOR`` (default 10 s); ``ledger``, where tool runs are kept for their
+    stall thresholds, to ``ledger.sqlite3`` beside the transcript. Call it from the main
+    thread before starting any other thread, so signals are read with their senders.
 
     Raises:
         ValueError: a setting is neither given nor in the environment.
@@ -65,8 +70,10 @@ def run_harness(
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
         )
+    if ledger is None:
+        ledger = os.path.join(os.path.dirname(os.fspath(transcript)) or ".", "ledger.sqlite3")
     settings = HarnessSettings(
-        session, epoch, agentd, os.fspath(transcript), grace, reconnect_for
+        session, epoch, agentd, os.fspath(transcript), grace, reconnect_for, os.fspath(ledger)
     )
     return trio.run(_harness, engine, settings)
 
@@ -83,10 +90,12 @@ async def _harness(engine: Engine, settings: HarnessSettings) -> int:
     async with signals.receive(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as events:
         async with (
             await Transcript.open(settings.transcript, resume=True) as transcript,
+            _ledger(settings.ledger) as ledger,
             ChildGroup(settings.session, settings.epoch, settings.grace) as children,
         ):
             await children.replace_twins()
-            cause = await Supervisor(engine, events, transcript, children, settings).run()
+            supervisor = Supervisor(engine, events, transcript, children, settings, ledger)
+            cause = await supervisor.run()
             if cause.reason is not None and transcript.dangling():
                 with trio.CancelScope(shield=True):
                     await transcript.seal_dangling(cause.reason)
@@ -95,6 +104,21 @@ async def _harness(engine: Engine, settings: HarnessSettings) -> int:
         _log_late_signals(events, cause)
     logger.info("exiting %d: %s", cause.code, cause.text)
     return cause.code
+
+
+@contextlib.asynccontextmanager
+async def _ledger(path: str | None) -> AsyncIterator[Ledger | None]:
+    """The ledger, opened lazily: one that cannot be used costs the tools their evidence
+    (logged when it is read), never the harness."""
+    if path is None:
+        yield None
+        return
+    ledger = Ledger(path)
+    try:
+        yield ledger
+    finally:
+        with trio.CancelScope(shield=True):
+            await ledger.aclose()
 
 
 def _log_late_signals(events: Receiver[signals.SignalEvent], cause: Cause) -> None:

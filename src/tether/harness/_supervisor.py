@@ -18,6 +18,7 @@ import trio
 from .. import signals
 from ..channels import Receiver, Sender, channel
 from ..journal import Transcript
+from ..liveness import Ledger
 from ..process import ChildGroup
 from ._context import Command, Engine, HarnessContext
 from ._loop import Ending, connection_loop
@@ -40,6 +41,8 @@ class HarnessSettings:
     transcript: str
     grace: float
     reconnect_for: float
+    ledger: str | None = None
+    """The ledger of tool runs (their stall thresholds); ``None``: none, defaults only."""
 
 
 @attrs.define
@@ -61,6 +64,7 @@ class Supervisor:
     transcript: Transcript
     children: ChildGroup
     settings: HarnessSettings
+    ledger: Ledger | None = None
     cause: Cause | None = None
     decided: trio.Event = attrs.field(factory=trio.Event)
     engine_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
@@ -78,8 +82,9 @@ class Supervisor:
         settings = self.settings
         tx, rx = channel(Command, math.inf, name=f"commands of {settings.session}")
         ctx = HarnessContext(
-            settings.session, settings.epoch, self.transcript, self.children, tx.downgrade()
-        )
+            settings.session, settings.epoch, self.transcript, self.children, tx.downgrade(),
+            ledger=self.ledger,
+        )  # fmt: skip
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._run_engine, rx, ctx, name="engine")
             nursery.start_soon(self._run_loop, tx.move(), name="connection loop")

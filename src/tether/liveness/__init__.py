@@ -1,10 +1,10 @@
 """Stream liveness: a clock per turn that stops while the host sleeps and while a tool runs,
 thresholds per route and phase from a ledger of healthy turns, verdicts, and salvage."""
 
+from .._clock import Clock as Clock
+from .._clock import HostClock as HostClock
+from .._clock import ManualClock as ManualClock
 from .._util import reexport
-from ._clock import Clock as Clock
-from ._clock import HostClock as HostClock
-from ._clock import ManualClock as ManualClock
 from ._ledger import Ledger as Ledger
 from ._salvage import Salvage as Salvage
 from ._salvage import SalvagedFile as SalvagedFile

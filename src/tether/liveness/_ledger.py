@@ -1,7 +1,9 @@
-"""``Ledger``: every finished turn's figures in SQLite, and the thresholds they justify.
+"""``Ledger``: every finished turn's and tool run's figures in SQLite, and the thresholds they
+justify.
 
-One table, ``turns``, in its own file or in the epoch store's (WAL lets them share). Healthy
-means the turn ended ``completed``; stale, interrupted and errored turns are kept for the record
+Two tables, ``turns`` and ``tools``, in their own file or in the epoch store's (WAL lets them
+share). Healthy means the turn ended ``completed``, or the tool run ``ok`` (it ended on its own,
+whatever its exit code); stale, interrupted, stalled and timed-out ones are kept for the record
 but never lower a threshold.
 """
 
@@ -12,7 +14,7 @@ from typing import TypeVar
 
 from .._sqlite import SqliteFile
 from ._stream import TurnStats
-from ._thresholds import Thresholds, derive
+from ._thresholds import Threshold, Thresholds, derive
 
 T = TypeVar("T")
 
@@ -27,6 +29,13 @@ CREATE TABLE IF NOT EXISTS turns (
     suspended REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_by_route ON turns (route, outcome);
+CREATE TABLE IF NOT EXISTS tools (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    name        TEXT NOT NULL,
+    max_silence REAL NOT NULL,
+    outcome     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tools_by_name ON tools (name, outcome);
 """
 
 
@@ -82,3 +91,22 @@ class Ledger(SqliteFile):
             derive([gap for _, gap in rows]),
         )
 
+    async def record_tool(self, name: str, max_silence: float, outcome: str) -> None:
+        """Keep one finished run of tool ``name``: its largest silence and how it ended
+        (``ok``, ``stalled``, ``timed_out``, ``aborted``)."""
+        row = (name, max_silence, outcome)
+        await self._run(
+            lambda db: db.execute(
+                "INSERT INTO tools (name, max_silence, outcome) VALUES (?, ?, ?)", row
+            )
+        )
+
+    async def tool_threshold(self, name: str) -> Threshold:
+        """How long tool ``name`` may go without progress, from its healthy runs' largest
+        silences (``DEFAULT`` until there is evidence; never below what a healthy run did)."""
+        rows = await self._run(
+            lambda db: db.execute(
+                "SELECT max_silence FROM tools WHERE name = ? AND outcome = 'ok'", (name,)
+            ).fetchall()
+        )
+        return derive([silence for (silence,) in rows])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import attrs
 
-from ._clock import Clock, HostClock
+from .._clock import Clock, HostClock
 
 KINDS = frozenset({"text", "reasoning", "tool_open", "tool_close", "completed", "error"})
 

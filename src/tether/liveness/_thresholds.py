@@ -19,7 +19,8 @@ MARGIN = 1.5
 MIN_SAMPLES = 20
 QUANTILE = 0.999
 
-Source = Literal["default", "max_gap", "quantile"]
+Source = Literal["default", "max_gap", "quantile", "given"]
+"""Where a threshold came from: no evidence yet, the evidence, or the caller."""
 
 
 @attrs.frozen

@@ -32,6 +32,14 @@ class Child(metaclass=NoPublicConstructor):
         self.grace = grace
         self.returncode: int | None = None
         """The exit status once reaped: the code, or ``-signo`` if a signal killed it."""
+        self.stdin: trio.lowlevel.FdStream | None = None
+        """With ``stdin=PIPE``: the child's standard input (a ``trio.abc.SendStream``)."""
+        self.stdout: trio.lowlevel.FdStream | None = None
+        """With ``stdout=PIPE``: the child's standard output (a ``trio.abc.ReceiveStream``)."""
+        self.stderr: trio.lowlevel.FdStream | None = None
+        """With ``stderr=PIPE``: the child's standard error (a ``trio.abc.ReceiveStream``)."""
+        self.pipes: dict[str, int] = {}
+        """The read ends of its output pipes here, by stream name (to find their holders)."""
         self._kept = kept
         """Whether the group's keeper is its parent (and reports its exit)."""
         self._reported = trio.Event()
@@ -70,6 +78,12 @@ class Child(metaclass=NoPublicConstructor):
             return None
         self._reaped(os.waitstatus_to_exitcode(status))
         return self.returncode
+
+    def close_streams(self) -> None:
+        """Close whichever of ``stdin``, ``stdout`` and ``stderr`` are open here."""
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
 
     def _reaped(self, code: int) -> None:
         self.returncode = code

@@ -18,19 +18,22 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self, final
 
 import trio
 
+from ._activity import ToolActivity
 from ._adoptive import OrphanReaper
 from ._child import Child
 from ._keeper import Keeper, KeeperUnavailable
 from ._proc import become_subreaper
 from ._ref import ProcessRef
+from ._result import OnStall, RunResult, ToolStall
 from ._spawn import prepare, spawn_process
+from ._stdio import Stdio
 from ._table import (
     EPOCH_VAR,
     GROUP_VAR,
@@ -41,6 +44,7 @@ from ._table import (
     snapshot,
 )
 from ._teardown import KILL_WAIT, stop_processes, wait_gone
+from ._tool import run_tool
 from ._twins import find_twins
 
 logger = logging.getLogger("tether.process")
@@ -183,11 +187,19 @@ class ChildGroup:
         cwd: str | os.PathLike[str] | None = None,
         replace_twins: bool = False,
         name: str | None = None,
+        stdin: int | None = None,
+        stdout: int | None = None,
+        stderr: int | None = None,
     ) -> Child:
         """Start ``argv`` as a child in its own session and process group.
 
         Args:
             argv: the program and its arguments; the program is looked up on ``PATH``.
+            stdin, stdout, stderr: ``subprocess.PIPE`` (then ``child.stdin`` is a
+                ``trio.abc.SendStream``, ``child.stdout`` and ``child.stderr`` are
+                ``trio.abc.ReceiveStream`` objects), ``subprocess.DEVNULL``,
+                ``subprocess.STDOUT`` (stderr only), a descriptor, or ``None`` (this
+                process's own).
             env: the child's environment (default: this process's); ``TETHER_SESSION`` and
                 ``TETHER_EPOCH`` are always set.
             cwd: the child's working directory.
@@ -213,21 +225,80 @@ class ChildGroup:
         directory = None if cwd is None else os.fspath(cwd)
         label = name or (os.path.basename(argv[0]) if argv else "")
         keeper = self._keeper
-        if keeper is not None and keeper.alive:
-            path, args = prepare(argv, full_env, directory)
-            ref = await keeper.spawn(argv[0], path, args, full_env)
-            child = Child._create(ref, argv, label, self.grace, kept=True)
-            keeper.watch(child)
-            await keeper.ack(ref.pid)
+        path, args = prepare(argv, full_env, directory)
+        stdio = Stdio(stdin, stdout, stderr)
+        try:
+            if keeper is not None and keeper.alive:
+                ref = await keeper.spawn(argv[0], path, args, full_env, stdio.child_fds)
+                child = Child._create(ref, argv, label, self.grace, kept=True)
+                keeper.watch(child)
+            else:
+                pid = spawn_process(argv, full_env, directory, fds=stdio.child_fds)
+                child = Child._create(ProcessRef.of(pid), argv, label, self.grace)
+        except BaseException:
+            stdio.failed()
+            raise
+        stdio.spawned()
+        child.stdin, child.stdout, child.stderr = stdio.stdin, stdio.stdout, stdio.stderr
+        child.pipes = stdio.pipe_fds()
+        if child._kept:
+            assert keeper is not None
+            await keeper.ack(child.pid)
         else:
-            pid = spawn_process(argv, full_env, directory)
-            child = Child._create(ProcessRef.of(pid), argv, label, self.grace)
             await trio.lowlevel.checkpoint()
         self._children.append(child)
         logger.info(
             "spawned %s pid=%d session=%s epoch=%d", child.name, child.pid, self.session, self.epoch
         )
         return child
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        capture_output: bool = True,
+        timeout: float | None = None,  # noqa: ASYNC109 - the tool's, ending in a result
+        stall_after: float | None = None,
+        on_stall: OnStall | str = OnStall.STOP,
+        linger: float = 0.5,
+        check: bool = False,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        name: str | None = None,
+        activity: ToolActivity | None = None,
+        stalled: Callable[[ToolStall], Awaitable[None]] | None = None,
+    ) -> RunResult:
+        """Run a tool to its end, as a harness needs: its output whole, and never a hang.
+
+        Args:
+            input: bytes for its stdin (else ``/dev/null``).
+            capture_output: read stdout and stderr into the result (else they are this
+                process's own).
+            timeout: seconds until its tree is stopped (``timed_out``).
+            stall_after: seconds of awake time without progress (output, CPU, I/O, its tree
+                changing) that make a stall (default ``DEFAULT_STALL_AFTER``, 300 s).
+            on_stall: ``"stop"`` its tree and return, or ``"announce"`` and keep waiting.
+            linger: seconds to wait for the end of its output once it exited; then whoever
+                holds its pipes (a backgrounded grandchild) is named and stopped.
+            check: raise ``ToolFailed`` (with the result) on a non-zero code, a timeout or a
+                stall.
+            env, cwd, name: as ``spawn``.
+            activity: the ``ToolActivity`` to mark (to read the tool's silence while it runs).
+            stalled: awaited with the ``ToolStall`` when one is announced.
+
+        Cancelling it stops the tool's tree. Every stop is the group's escalation.
+        """
+        return await run_tool(
+            self, argv, input=input, capture_output=capture_output, timeout=timeout,
+            stall_after=stall_after, on_stall=on_stall, linger=linger, check=check, env=env,
+            cwd=cwd, name=name, activity=activity, stalled=stalled,
+        )  # fmt: skip
+
+    @property
+    def reaper_pid(self) -> int:
+        """The process the group's orphans go to: its keeper, or this process."""
+        return self.keeper_pid or os.getpid()
 
     async def replace_twins(self) -> None:
         """Stop every process marked with this session and another epoch (``find_twins``) with
@@ -282,6 +353,8 @@ class ChildGroup:
             )
         with trio.CancelScope(shield=True):
             await self._close_keeper()
+        for child in self._children:
+            child.close_streams()
         self._state = "closed"
 
     async def _close_keeper(self) -> None:

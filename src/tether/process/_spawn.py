@@ -75,12 +75,18 @@ def prepare(
 
 
 def spawn_process(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str | None, *, output: int | None = None
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | None,
+    *,
+    output: int | None = None,
+    fds: Mapping[int, int] | None = None,
 ) -> int:
     """Start ``argv`` in a new session with a clean signal state; its pid.
 
     With ``output`` (an open file descriptor) the child's stdout and stderr go there and its
-    stdin is ``/dev/null``: a daemon's children must not hold its terminal.
+    stdin is ``/dev/null``: a daemon's children must not hold its terminal. ``fds`` maps the
+    child's descriptor numbers to ours, dup'ed into it.
 
     Raises:
         SpawnError: the program or ``cwd`` is unusable, or the kernel refused to execute it.
@@ -96,10 +102,14 @@ def spawn_process(
             setsid=True,
             setsigmask=(),
             setsigdef=DEFAULT_DISPOSITIONS,
-            file_actions=_redirect(output),
+            file_actions=_redirect(output) + _dup(fds or {}),
         )
     except OSError as exc:
         raise SpawnError(program, exc.errno or errno.EIO) from exc
+
+
+def _dup(fds: Mapping[int, int]) -> list[tuple[int, ...] | tuple[int, int, str, int, int]]:
+    return [(os.POSIX_SPAWN_DUP2, ours, target) for target, ours in fds.items()]
 
 
 def _redirect(output: int | None) -> list[tuple[int, ...] | tuple[int, int, str, int, int]]:

@@ -1,4 +1,4 @@
-"""Clocks for stream liveness: awake time only, and how long the host was suspended.
+"""Clocks of awake time, for stream and tool liveness, and how long the host was suspended.
 
 Silence must not count a laptop's sleep: ``time.monotonic`` stops while the host is suspended
 on Linux and macOS, and ``CLOCK_BOOTTIME`` (Linux) keeps counting, so their drift is the time

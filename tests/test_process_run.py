@@ -1,0 +1,249 @@
+"""``ChildGroup.spawn`` with pipes and ``ChildGroup.run`` (issue 18): a tool's output whole, its
+pipes' holders named and stopped, timeouts and stalls bounded and announced. Real processes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from helpers import python, unique_session, wait_until
+from tether import ChildGroup, ManualClock, ToolActivity, ToolFailed, ToolStall
+
+GRACE = 0.3
+LINGER = 0.3
+HEADROOM = 3.0  # a loaded 2-core machine; the tight figures are in benchmarks/tools.py
+
+
+@asynccontextmanager
+async def group(keeper: bool = True) -> AsyncIterator[ChildGroup]:
+    async with ChildGroup(unique_session(), 1, grace=GRACE, keeper=keeper) as children:
+        yield children
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# -- pipes on spawn ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keeper", [True, False], ids=["keeper", "no-keeper"])
+async def test_spawn_with_pipes_gives_trio_streams(keeper: bool) -> None:
+    async with group(keeper) as children:
+        child = await children.spawn(
+            ["sh", "-c", "cat; echo err >&2"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert child.stdin is not None
+        assert child.stdout is not None
+        assert child.stderr is not None
+        await child.stdin.send_all(b"hello\n")
+        await child.stdin.aclose()
+        out = await child.stdout.receive_some(100)
+        err = await child.stderr.receive_some(100)
+        assert (out, err) == (b"hello\n", b"err\n")
+        assert await child.wait() == 0
+
+
+async def test_stderr_to_stdout_devnull_and_a_descriptor(tmp_path: Path) -> None:
+    async with group() as children:
+        merged = await children.spawn(
+            ["sh", "-c", "echo out; echo err >&2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        assert merged.stdout is not None
+        assert merged.stderr is None
+        data = b""
+        while chunk := await merged.stdout.receive_some(100):
+            data += chunk
+        assert sorted(data.split()) == [b"err", b"out"]
+        fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            to_file = await children.spawn(
+                ["sh", "-c", "cat; echo to-file"], stdin=subprocess.DEVNULL, stdout=fd
+            )
+            assert await to_file.wait() == 0
+        finally:
+            os.close(fd)
+        assert (tmp_path / "out").read_bytes() == b"to-file\n"
+        with pytest.raises(ValueError, match="stderr only"):
+            await children.spawn(["true"], stdout=subprocess.STDOUT)
+
+
+# -- run -----------------------------------------------------------------------------------------
+
+
+async def test_run_returns_the_code_and_both_streams() -> None:
+    async with group() as children:
+        result = await children.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (result.returncode, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
+    assert not (result.timed_out)
+    assert not (result.stalled)
+    assert not (result.holders)
+    assert result.failed
+
+
+async def test_ten_mib_out_and_in_are_whole() -> None:
+    size = 10 * 1024 * 1024
+    async with group() as children:
+        out = await children.run(["head", "-c", str(size), "/dev/zero"])
+        assert len(out.stdout) == size
+        assert out.returncode == 0
+        data = os.urandom(1024) * 10240
+        back = await children.run(["cat"], input=data)
+        assert back.stdout == data
+
+
+@pytest.mark.parametrize(
+    ("script", "stream"),
+    [
+        ("setsid sleep 600 & echo done", "stdout"),
+        ("setsid sleep 600 >/dev/null & echo done >&2", "stderr"),
+        ("nohup sleep 600 2>/dev/null & echo done", "stdout"),
+    ],
+    ids=["setsid", "stderr-only", "nohup"],
+)
+async def test_a_grandchild_holding_the_pipes_is_named_and_stopped(
+    script: str, stream: str
+) -> None:
+    """The bash tool that exited while its background job keeps stdout open: the run returns
+    what was written within ``linger + 2 x grace + 1 s``, names the holder and stops it."""
+    async with group() as children:
+        started = time.monotonic()
+        result = await children.run(["bash", "-c", script], linger=LINGER)
+        took = time.monotonic() - started
+        assert result.returncode == 0
+        assert getattr(result, stream) == b"done\n"
+        assert took < LINGER + 2 * GRACE + 1 + HEADROOM
+        (holder,) = result.holders
+        assert (holder.stream, holder.cmdline) == (stream, "sleep 600")
+        assert not alive(holder.pid)
+
+
+async def test_a_timeout_stops_a_tree_that_ignores_sigint_and_sigterm() -> None:
+    stubborn = """
+        import signal, subprocess, time
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        subprocess.Popen(["sleep", "600"])  # inherits the ignored signals
+        time.sleep(600)
+    """
+    async with group() as children:
+        started = time.monotonic()
+        result = await children.run(python(stubborn), timeout=1.0)
+        took = time.monotonic() - started
+        assert result.timed_out
+        assert not result.stalled
+        assert result.returncode == -9
+        assert took < 1.0 + 2 * GRACE + 1 + HEADROOM
+        assert "timed out after 1 s" in result.reason()
+
+
+async def test_a_stalled_sleep_is_announced_with_what_it_waits_on_and_stopped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "tether.process")
+    seen: list[ToolStall] = []
+
+    async def stalled(stall: ToolStall) -> None:
+        seen.append(stall)
+
+    async with group() as children:
+        started = time.monotonic()
+        result = await children.run(
+            ["sh", "-c", "sleep 600 | cat"], stall_after=1.0, stalled=stalled
+        )
+        took = time.monotonic() - started
+    assert result.stalled
+    assert not result.timed_out
+    assert result.returncode is not None
+    assert result.returncode < 0
+    assert 1.0 <= took < 1.0 + 2 * GRACE + 1 + HEADROOM
+    (stall,) = seen
+    text = "\n".join(stall.waits)
+    assert "wchan=" in text
+    assert "state=S" in text
+    assert "cmd=sleep 600" in text
+    assert "in read(fd 0: pipe:[" in text  # cat, blocked reading the sleep's pipe
+    assert "stalled: " in caplog.text
+    assert "threshold 1s" in caplog.text
+
+
+async def test_a_busy_loop_is_never_stalled_only_timed_out() -> None:
+    async with group() as children:
+        result = await children.run(
+            [sys.executable, "-c", "while True: pass"], stall_after=1.5, timeout=5.0
+        )
+    assert result.timed_out
+    assert not result.stalled
+
+
+async def test_a_tool_that_keeps_printing_is_never_stalled() -> None:
+    printer = "import time\nfor i in range(8):\n    print(i, flush=True)\n    time.sleep(0.5)"
+    async with group() as children:
+        result = await children.run([sys.executable, "-c", printer], stall_after=1.5)
+    assert not result.stalled
+    assert result.returncode == 0
+    assert result.stdout.split() == [str(i).encode() for i in range(8)]
+    assert result.max_silence < 1.5
+
+
+async def test_host_sleep_is_not_silence() -> None:
+    """An injected clock: the host sleeps an hour (awake time does not move) and the tool is
+    not stalled; awake time past the threshold stalls it."""
+    clock = ManualClock()
+    activity = ToolActivity(clock)
+    async with group() as children, trio.open_nursery() as nursery:
+        results = []
+
+        async def run() -> None:
+            results.append(await children.run(["sleep", "600"], stall_after=5.0, activity=activity))
+
+        nursery.start_soon(run)
+        await wait_until(lambda: len(children.children) == 1)
+        clock.suspend(3600.0)
+        await trio.sleep(1.0)  # two polls' worth of real time: nothing may happen
+        assert not results
+        clock.advance(5.5)
+        with trio.fail_after(10):
+            while not results:
+                await trio.sleep(0.01)
+    (result,) = results
+    assert result.stalled
+    assert result.max_silence == pytest.approx(5.5)
+
+
+async def test_announce_keeps_waiting_and_check_raises_with_the_result() -> None:
+    async with group() as children:
+        result = await children.run(
+            ["sh", "-c", "sleep 1.5; echo late"], stall_after=0.5, on_stall="announce"
+        )
+        assert result.stalled
+        assert result.stdout == b"late\n"
+        assert result.returncode == 0
+        with pytest.raises(ToolFailed) as failed:
+            await children.run(["sh", "-c", "exit 4"], check=True)
+        assert failed.value.result.returncode == 4
+
+
+async def test_cancelling_a_run_stops_the_tool_s_tree(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    async with group() as children:
+        with trio.move_on_after(0.5):
+            await children.run(["sh", "-c", f"sleep 600 & echo $! > {pidfile}; wait"])
+        pid = int(pidfile.read_text())
+        assert not alive(pid)
