@@ -19,6 +19,7 @@ HERE = Path(__file__).parent
 SCRIPTS = [
     "channels",
     "process",
+    "tools",
     "journal",
     "harness",
     "agentd",

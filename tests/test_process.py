@@ -284,6 +284,22 @@ def test_a_twin_is_found_the_moment_its_spawn_returns() -> None:
             proc.wait()
 
 
+async def test_a_program_found_on_path_before_is_looked_up_again_once_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    """PATH lookups are remembered (as a shell's hash table), never past the program."""
+    tool = tmp_path / "tether-test-tool"
+    tool.write_text("#!/bin/sh\nexit 7\n")
+    tool.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        assert await (await group.spawn([tool.name], env=env)).wait() == 7
+        tool.unlink()
+        with pytest.raises(SpawnError) as gone:
+            await group.spawn([tool.name], env=env)
+        assert gone.value.errno == errno.ENOENT
+
+
 async def test_spawn_errors_name_the_program_and_errno(tmp_path: Path) -> None:
     script = tmp_path / "not-executable"
     script.write_text("#!/bin/sh\n")

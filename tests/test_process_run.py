@@ -247,3 +247,12 @@ async def test_cancelling_a_run_stops_the_tool_s_tree(tmp_path: Path) -> None:
             await children.run(["sh", "-c", f"sleep 600 & echo $! > {pidfile}; wait"])
         pid = int(pidfile.read_text())
         assert not alive(pid)
+
+
+async def test_endless_output_is_kept_up_to_max_output_and_the_rest_counted() -> None:
+    """``yes`` always advances, so only its timeout ends it; it must not take our memory."""
+    async with group() as children:
+        result = await children.run(["yes"], timeout=1.0, max_output=1024 * 1024)
+    assert result.timed_out
+    assert len(result.stdout) == 1024 * 1024
+    assert result.dropped > 0

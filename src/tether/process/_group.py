@@ -44,7 +44,7 @@ from ._table import (
     snapshot,
 )
 from ._teardown import KILL_WAIT, stop_processes, wait_gone
-from ._tool import run_tool
+from ._tool import MAX_OUTPUT, run_tool
 from ._twins import find_twins
 
 logger = logging.getLogger("tether.process")
@@ -268,6 +268,7 @@ class ChildGroup:
         name: str | None = None,
         activity: ToolActivity | None = None,
         stalled: Callable[[ToolStall], Awaitable[None]] | None = None,
+        max_output: int = MAX_OUTPUT,
     ) -> RunResult:
         """Run a tool to its end, as a harness needs: its output whole, and never a hang.
 
@@ -286,13 +287,15 @@ class ChildGroup:
             env, cwd, name: as ``spawn``.
             activity: the ``ToolActivity`` to mark (to read the tool's silence while it runs).
             stalled: awaited with the ``ToolStall`` when one is announced.
+            max_output: bytes of each stream to keep (256 MiB); the rest is read and counted
+                in ``dropped``.
 
         Cancelling it stops the tool's tree. Every stop is the group's escalation.
         """
         return await run_tool(
             self, argv, input=input, capture_output=capture_output, timeout=timeout,
             stall_after=stall_after, on_stall=on_stall, linger=linger, check=check, env=env,
-            cwd=cwd, name=name, activity=activity, stalled=stalled,
+            cwd=cwd, name=name, activity=activity, stalled=stalled, max_output=max_output,
         )  # fmt: skip
 
     @property

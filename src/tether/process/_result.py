@@ -59,6 +59,8 @@ class RunResult:
     stall_after: float
     """The stall threshold this run had."""
     timeout: float | None = None
+    dropped: int = 0
+    """Bytes read past ``max_output`` and not kept (both streams together)."""
 
     @property
     def failed(self) -> bool:

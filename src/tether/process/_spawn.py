@@ -48,10 +48,22 @@ def resolve(program: str, env: Mapping[str, str], cwd: str | None) -> str:
         if not os.access(path, os.X_OK):
             raise SpawnError(program, errno.EACCES)
         return os.path.abspath(path)
-    found = shutil.which(program, path=env.get("PATH", os.defpath))
-    if found is None:
-        raise SpawnError(program, errno.ENOENT, "not found on PATH")
+    search = env.get("PATH", os.defpath)
+    found = _FOUND.get((program, search))
+    if found is None or not os.access(found, os.X_OK):
+        found = shutil.which(program, path=search)
+        if found is None:
+            raise SpawnError(program, errno.ENOENT, "not found on PATH")
+        if os.path.isabs(found):  # a relative PATH entry depends on the working directory
+            if len(_FOUND) >= 256:
+                _FOUND.clear()
+            _FOUND[(program, search)] = found
     return found
+
+
+_FOUND: dict[tuple[str, str], str] = {}
+"""Programs found on a ``PATH`` before, as a shell's hash table keeps them (a new program
+earlier on the ``PATH`` is seen once the old one goes or 256 others were looked up)."""
 
 
 def prepare(

@@ -40,6 +40,9 @@ logger = logging.getLogger("tether.process")
 TOOL_VAR = "TETHER_TOOL"
 """Marks the environment of one run's processes, so its orphans are told from the group's."""
 READ_SIZE = 65536
+MAX_OUTPUT = 256 * 1024 * 1024
+"""Bytes of each stream a run keeps by default; the rest is read (so the tool never blocks on
+a full pipe) and counted in ``RunResult.dropped``: ``yes`` must not take the harness's memory."""
 
 
 async def run_tool(
@@ -59,6 +62,7 @@ async def run_tool(
     activity: ToolActivity | None = None,
     clock: Clock | None = None,
     stalled: Callable[[ToolStall], Awaitable[None]] | None = None,
+    max_output: int = MAX_OUTPUT,
 ) -> RunResult:
     """See ``ChildGroup.run``."""
     policy = OnStall(on_stall)
@@ -73,7 +77,9 @@ async def run_tool(
         stdout=PIPE if capture_output else None,
         stderr=PIPE if capture_output else None,
     )  # fmt: skip
-    run = _Run(group, child, mark, activity or ToolActivity(clock), threshold, policy, stalled)
+    run = _Run(
+        group, child, mark, activity or ToolActivity(clock), threshold, policy, stalled, max_output
+    )
     deadline = math.inf if timeout is None else trio.current_time() + timeout
     try:
         result = attrs.evolve(await run.until_done(input, deadline, linger), timeout=timeout)
@@ -96,6 +102,7 @@ class _Run:
         threshold: float,
         policy: OnStall,
         stalled: Callable[[ToolStall], Awaitable[None]] | None,
+        max_output: int,
     ) -> None:
         self.group = group
         self.child = child
@@ -107,6 +114,8 @@ class _Run:
         self.progress = TreeProgress(self._roots)
         self.out = bytearray()
         self.err = bytearray()
+        self.max_output = max_output
+        self.dropped = 0
         self.drained = 0
         self.drains_done = trio.Event()
         self.timed_out = self.stalled = False
@@ -135,15 +144,14 @@ class _Run:
                     nursery.start_soon(self._feed, self.child.stdin, input)
                 for stream, buffer in pipes:
                     nursery.start_soon(self._drain, stream, buffer, len(pipes))
-                nursery.start_soon(self._watch)
-                with trio.move_on_at(deadline):
-                    await self.child.wait()
+                await self._watch(deadline)
                 if self.child.returncode is None:
                     self.timed_out = True
                     logger.warning("tool %s timed out; stopping it", self.child.name)
                     await self._stop()
                 await self._linger(min(linger, max(0.0, deadline - trio.current_time())))
-                nursery.cancel_scope.cancel()
+                if not self.drains_done.is_set() or self.child.stdin is not None:
+                    nursery.cancel_scope.cancel()
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._stop()
@@ -158,6 +166,7 @@ class _Run:
             holders=tuple(self.holders),
             max_silence=self.activity.finish(),
             stall_after=self.threshold,
+            dropped=self.dropped,
         )
 
     async def _stop(self) -> None:
@@ -195,6 +204,10 @@ class _Run:
     async def _drain(self, stream: trio.lowlevel.FdStream, buffer: bytearray, of: int) -> None:
         try:
             while data := await stream.receive_some(READ_SIZE):
+                room = self.max_output - len(buffer)
+                if len(data) > room:
+                    self.dropped += len(data) - max(room, 0)
+                    data = data[: max(room, 0)]
                 buffer += data
                 self.activity.advance()
         except trio.ClosedResourceError:
@@ -203,12 +216,16 @@ class _Run:
         if self.drained == of:
             self.drains_done.set()
 
-    async def _watch(self) -> None:
-        """Sample the tree every ``poll`` seconds; announce (and maybe stop) a stall."""
+    async def _watch(self, deadline: float) -> None:
+        """Wait for the tool to exit (or ``deadline``), sampling its tree every ``poll``
+        seconds between; announce (and with ``OnStall.STOP``, stop) a stall."""
         poll = min(1.0, max(0.05, self.threshold / 10))
         announced = False
-        while True:
-            await trio.sleep(poll)
+        while self.child.returncode is None:
+            with trio.move_on_at(min(deadline, trio.current_time() + poll)):
+                await self.child.wait()
+            if self.child.returncode is not None or trio.current_time() >= deadline:
+                return
             if self.progress.sample():
                 self.activity.advance()
             silence = self.activity.silence()
@@ -225,4 +242,3 @@ class _Run:
                 await self.report(stall)
             if self.policy is OnStall.STOP:
                 await self._stop()
-                return
