@@ -3,7 +3,7 @@ or dropped, and names who keeps it open (``holders()``)."""
 
 from __future__ import annotations
 
-from typing import Generic, Self, TypeVar, final
+from typing import Generic, Protocol, Self, TypeVar, final
 
 import trio
 from trio.lowlevel import (
@@ -23,6 +23,16 @@ from ._errors import ChannelClosed
 from ._handles import Closeable, Holder
 
 T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Observer(Protocol[T_contra]):
+    """What ``Receiver.observe`` calls: the receiving task came back to the channel, or took
+    an item (right after ``waiting`` if one was buffered)."""
+
+    def waiting(self) -> None: ...
+
+    def took(self, item: T_contra) -> None: ...
 
 
 @final
@@ -33,11 +43,18 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
     drained; ``async for`` then ends. Dropping the receiver closes it and discards the buffer.
     """
 
-    __slots__ = ("_chan",)
+    __slots__ = ("_chan", "_observer")
     _chan: _Chan[T]
 
     def __init__(self, chan: _Chan[T]) -> None:
         self._chan = chan
+        self._observer: Observer[T] | None = None
+
+    def observe(self, observer: Observer[T] | None) -> None:
+        """Tell ``observer`` whenever the receiving task comes back to the channel
+        (``waiting``) and whenever it takes items (``took``): how a supervisor sees its
+        worker's turns without the worker's help. ``None`` stops it."""
+        self._observer = observer
 
     def __repr__(self) -> str:
         chan = self._chan
@@ -58,6 +75,9 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
         """
         chan = self._chan
         await checkpoint_if_cancelled()
+        observer = self._observer
+        if observer is not None:
+            observer.waiting()
         buffer = chan.buffer
         send_tasks = chan.send_tasks
         if send_tasks:
@@ -67,6 +87,8 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
         if buffer:
             value = buffer.popleft()
             await cancel_shielded_checkpoint()
+            if observer is not None:
+                observer.took(value)
             return value
         if chan.rx_closed or not chan.live:
             raise chan.closed_error()
@@ -80,7 +102,10 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
             del recv_tasks[task]
             return Abort.SUCCEEDED
 
-        return await wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+        item: T = await wait_task_rescheduled(abort)
+        if observer is not None:
+            observer.took(item)
+        return item
 
     @enable_ki_protection
     def try_recv(self) -> T:
@@ -91,6 +116,9 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
             ChannelClosed: nothing is buffered and no sender remains (or the receiver closed).
         """
         chan = self._chan
+        observer = self._observer
+        if observer is not None:
+            observer.waiting()
         buffer = chan.buffer
         send_tasks = chan.send_tasks
         if send_tasks:
@@ -98,7 +126,10 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
             reschedule(task)
             buffer.append(value)
         if buffer:
-            return buffer.popleft()
+            value = buffer.popleft()
+            if observer is not None:
+                observer.took(value)
+            return value
         if chan.rx_closed or not chan.live:
             raise chan.closed_error()
         raise trio.WouldBlock
@@ -119,12 +150,21 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
         await checkpoint_if_cancelled()
         batch = chan.take(limit)
         if batch:
+            observer = self._observer
+            if observer is not None:
+                observer.waiting()
             await cancel_shielded_checkpoint()
+            if observer is not None:
+                for item in batch:
+                    observer.took(item)
             return batch
         first = await self.recv()
         if limit == 1:
             return [first]
         batch = chan.take(limit - 1)
+        if self._observer is not None:
+            for item in batch:
+                self._observer.took(item)
         batch.insert(0, first)
         return batch
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar, final
 
@@ -69,6 +70,8 @@ class Transcript(metaclass=NoPublicConstructor):
         """Calls with a durable result."""
         self._answered: set[str] = set()
         """Calls with a result, durable or queued: a second one is refused at once."""
+        self.last_append = time.monotonic()
+        """When an append last became durable (``time.monotonic``: awake time): progress."""
         self.unmatched_results: list[ToolResult] = []
         """Results whose call is unknown or already answered: kept in the file, reported here."""
         for entry in entries:
@@ -238,6 +241,7 @@ class Transcript(metaclass=NoPublicConstructor):
             await pending.done.wait()
         if pending.error is not None:
             raise pending.error
+        self.last_append = time.monotonic()
         return entries
 
     async def _flush(self) -> None:

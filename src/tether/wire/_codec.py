@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ._messages import FIELD_TYPES, TAGS, Message, tag_of
+from ._messages import DEFAULTS, FIELD_TYPES, OPTIONAL, TAGS, Message, tag_of
 
 MAX_FRAME = 1 << 20
 """The largest body accepted: 1 MiB."""
@@ -56,7 +56,10 @@ def encode(message: Message) -> bytes:
             ``MAX_INT`` (the peer would refuse it).
     """
     record: dict[str, Any] = {"type": tag_of(type(message))}
-    record.update(attrs.asdict(message, recurse=False))
+    defaults = DEFAULTS[type(message)]
+    for name, value in attrs.asdict(message, recurse=False).items():
+        if name not in defaults or value != defaults[name]:
+            record[name] = value  # a field at its default is left out: earlier peers read it
     problem = _unbounded(record)
     if problem is not None:
         raise ProtocolError(f"{record['type']}: {problem}")
@@ -119,8 +122,11 @@ def _decode(body: bytes) -> Message:
     if cls is None:
         raise ProtocolError(f"unknown message type {_brief(tag)}")
     values: dict[str, Any] = {}
+    optional = OPTIONAL[cls]
     for name, expected in FIELD_TYPES[cls]:
         if name not in record:
+            if name in optional:
+                continue
             raise ProtocolError(f"{tag}: missing field {name!r}")
         value: Any = record[name]
         if expected is float and type(value) is int:

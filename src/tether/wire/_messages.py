@@ -25,6 +25,8 @@ class Welcome:
     session: str
     epoch: int
     heartbeat: float
+    revision: int = 1
+    """The daemon's wire revision: 2 reads activity on pongs (an older daemon omits it)."""
 
 
 @attrs.frozen
@@ -34,6 +36,9 @@ class Superseded:
     session: str
     epoch: int
     current: int
+    reason: str = ""
+    """Why the daemon moved on, if not a plain newer epoch (``stalled: ...``): the harness
+    seals its open calls with it."""
 
 
 @attrs.frozen
@@ -59,9 +64,22 @@ class Ping:
 
 @attrs.frozen
 class Pong:
-    """Harness to daemon: the answer to ``Ping(seq)``."""
+    """Harness to daemon: the answer to ``Ping(seq)``, with what the engine is doing (from
+    revision 2; an older harness sends ``seq`` only, and an older daemon ignores the rest)."""
 
     seq: int
+    kind: str = ""
+    """``idle``, ``turn`` or ``tool`` (empty: not reported)."""
+    name: str = ""
+    """The tool's name, or the turn's route (empty if it has none)."""
+    age: float = 0.0
+    """Awake seconds since the turn or the tool started."""
+    silence: float = 0.0
+    """Awake seconds since it last advanced."""
+    threshold: float = 0.0
+    """The silence its evidence allows (0: none measured)."""
+    source: str = ""
+    """Where ``threshold`` came from: ``default``, ``max_gap``, ``quantile`` or ``given``."""
 
 
 @attrs.frozen
@@ -129,3 +147,17 @@ FIELD_TYPES: dict[type[Any], tuple[tuple[str, type], ...]] = {
     cls: tuple((field.name, _json_type(field.type)) for field in attrs.fields(cls))
     for cls in MESSAGE_TYPES
 }
+OPTIONAL: dict[type[Any], frozenset[str]] = {
+    cls: frozenset(f.name for f in attrs.fields(cls) if f.default is not attrs.NOTHING)
+    for cls in MESSAGE_TYPES
+}
+"""Fields with a default: a peer of an earlier revision may leave them out."""
+DEFAULTS: dict[type[Any], dict[str, Any]] = {
+    cls: {
+        f.name: f.default
+        for f in attrs.fields(cls)
+        if f.default is not attrs.NOTHING and not isinstance(f.default, attrs.Factory)  # type: ignore[arg-type]
+    }
+    for cls in MESSAGE_TYPES
+}
+"""Plain defaults: a field at its default is not sent."""

@@ -1,0 +1,99 @@
+"""The pieces of issue 19 alone: a pong's activity on the daemon's awake clock (host sleep not
+counted), thresholds from evidence or ``stall_after``, the backoff, records that keep a crash
+loop and a stall, and the wire's optional fields in both directions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from tether import Backoff, SqliteEpochStore, wire
+from tether.agentd._activity import Activity
+from tether.agentd._awake import AwakeClock
+from tether.epochs import SessionRecord
+
+
+def turn(silence: float, threshold: float = 0.0, source: str = "") -> wire.Pong:
+    return wire.Pong(1, "turn", "model-a", 10.0, silence, threshold, source)
+
+
+def test_the_threshold_is_the_evidence_or_else_stall_after() -> None:
+    assert Activity.from_pong(wire.Pong(1), 0.0) is None  # a harness that does not say
+    measured = Activity.from_pong(turn(0.0, 45.0, "quantile"), 100.0)
+    assert measured is not None
+    assert measured.limit(300.0) == (45.0, "quantile")
+    unmeasured = Activity.from_pong(turn(0.0, 300.0, "default"), 100.0)
+    assert unmeasured is not None
+    assert unmeasured.limit(20.0) == (20.0, "default")
+    stall = measured.stall(146.0, 300.0)
+    assert stall is not None
+    assert stall.describe() == (
+        "stalled: turn on model-a silent for 46 s (threshold 45 s from quantile)"
+    )
+    assert measured.stall(144.0, 300.0) is None
+
+
+def test_idle_is_never_stalled() -> None:
+    idle = Activity.from_pong(wire.Pong(1, "idle"), 0.0)
+    assert idle is not None
+    assert idle.stall(1e9, 1.0) is None
+    assert idle.silence(1e9) == 0.0
+
+
+async def test_a_host_sleep_is_not_silence(mock_clock: trio.testing.MockClock) -> None:
+    """trio's clock jumps an hour while nothing runs (a suspended host on a clock that counts
+    it): the awake clock's keeper wakes an hour late and does not count the hour."""
+    mock_clock.autojump_threshold = 0
+    clock = AwakeClock()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(clock.keep, 0.25, 1.0)
+        await trio.sleep(1.0)
+        activity = Activity.from_pong(turn(5.0), clock.now())
+        assert activity is not None
+        mock_clock.jump(3600.0)
+        await trio.sleep(1.0)
+        assert activity.silence(clock.now()) == pytest.approx(6.0, abs=0.5)
+        assert activity.stall(clock.now(), 300.0) is None
+        nursery.cancel_scope.cancel()
+
+
+def test_the_backoff_doubles_to_its_cap_with_bounded_jitter() -> None:
+    steady = Backoff(first=0.5, cap=30.0, jitter=0.0)
+    assert [steady.delay(n) for n in range(9)] == [0, 0.5, 1, 2, 4, 8, 16, 30, 30]
+    jittery = Backoff(first=1.0, cap=30.0, jitter=0.1)
+    for _ in range(200):
+        assert 3.6 <= jittery.delay(3) <= 4.4
+    with pytest.raises(ValueError, match="backoff"):
+        Backoff(first=5.0, cap=1.0)
+
+
+async def test_a_record_keeps_the_crash_loop_and_the_stall(tmp_path: Path) -> None:
+    record = SessionRecord(
+        pid=7, state="stalled", restarts=3, history=(1.0, 2.0), streak=3, next_attempt=9.5,
+        stalled="stalled: turn silent for 400 s (threshold 300 s from default)",
+    )  # fmt: skip
+    async with SqliteEpochStore(tmp_path / "e.sqlite3") as store:
+        await store.bump("s1")
+        await store.save("s1", record, epoch=1)
+        back = await store.record("s1")
+    assert back is not None
+    assert (back.history, back.streak, back.next_attempt) == ((1.0, 2.0), 3, 9.5)
+    assert back.stalled == record.stalled
+    # A later version's fields are ignored, not fatal.
+    assert SessionRecord.from_dict({"state": "new", "flux": 1}).state == "new"
+
+
+def test_optional_fields_are_left_out_at_their_default_and_may_be_missing() -> None:
+    plain = json.loads(wire.encode(wire.Pong(4))[4:])
+    assert plain == {"type": "pong", "seq": 4}  # what an earlier daemon reads
+    busy = wire.decode(wire.encode(turn(2.5, 30.0, "max_gap"))[4:])
+    assert busy == turn(2.5, 30.0, "max_gap")
+    old_welcome = wire.decode(b'{"type": "welcome", "session": "s", "epoch": 1, "heartbeat": 1}')
+    assert isinstance(old_welcome, wire.Welcome)
+    assert old_welcome.revision == 1
+    with pytest.raises(wire.ProtocolError, match="must be a finite float"):
+        wire.decode(b'{"type": "pong", "seq": 1, "silence": "long"}')
