@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -10,10 +11,11 @@ import attrs
 
 from ..channels import Receiver, WeakSender
 from ..journal import Transcript
-from ..liveness import Ledger
+from ..liveness import Ledger, StreamClock, Thresholds
 from ..process import ChildGroup, RunResult
 from ..wire import Nudge, Prompt
 from ._tools import Tools
+from ._turns import Turns
 
 logger = logging.getLogger("tether.harness")
 
@@ -45,9 +47,39 @@ class HarnessContext:
     tools: Tools = attrs.field(init=False)
     """The tool calls: ``tools.open`` has each running call and its silence."""
 
+    turns: Turns = attrs.field(init=False)
+    """What the engine is doing, for the daemon's pongs (``idle``, ``turn``, ``tool``)."""
+
     def __attrs_post_init__(self) -> None:
         reason = lambda: self.shutdown_reason  # noqa: E731 - read when a call is cut short
         self.tools = Tools(self.transcript, self.children, self.ledger, reason)
+        self.turns = Turns(self.transcript, self.tools)
+
+    async def stream(self, route: str) -> StreamClock:
+        """A ``StreamClock`` for one model stream of this turn on ``route``: every part marked
+        on it is progress of the turn, its thresholds come from the ledger, and its figures
+        go to the ledger once the turn is over."""
+        await self.record_streams()
+        thresholds = Thresholds.default(route)
+        if self.ledger is not None:
+            try:
+                thresholds = await self.ledger.thresholds(route)
+            except (sqlite3.Error, OSError) as exc:
+                logger.warning("route %s: no thresholds from the ledger (%s)", route, exc)
+        clock = StreamClock(route)
+        self.turns.add_stream(clock, thresholds)
+        return clock
+
+    async def record_streams(self) -> None:
+        """Put the stream clocks of finished turns in the ledger (a refusal is logged)."""
+        finished, self.turns.finished = self.turns.finished, []
+        if self.ledger is None:
+            return
+        for clock in finished:
+            try:
+                await self.ledger.record(clock.stats())
+            except (sqlite3.Error, OSError) as exc:
+                logger.warning("route %s: the ledger refused a turn: %s", clock.route, exc)
 
     async def tool(
         self,
@@ -85,5 +117,7 @@ class HarnessContext:
         return await self.tools.run(name, argv, **run)
 
     def progress(self, note: str | None = None) -> None:
-        """The Python tool this task runs (inside ``tool``) made progress."""
-        self.tools.progress(note)
+        """The Python tool this task runs (inside ``tool``), or else the turn, made
+        progress."""
+        if not self.tools.progress(note):
+            self.turns.advance()

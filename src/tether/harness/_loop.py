@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 import logging
 import os
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import psutil
@@ -36,6 +38,9 @@ from ._context import Command
 
 logger = logging.getLogger("tether.harness")
 
+ACTIVITY_REVISION = 2
+"""The first wire revision whose daemon reads activity on pongs."""
+
 
 class Ending(enum.Enum):
     """Why the connection loop returned."""
@@ -50,6 +55,8 @@ class LoopResult:
     ending: Ending
     current: int | None = None
     """For ``SUPERSEDED``: the daemon's current epoch."""
+    reason: str = ""
+    """For ``SUPERSEDED``: why, when the daemon said (``stalled: ...``)."""
 
 
 async def connection_loop(
@@ -59,8 +66,12 @@ async def connection_loop(
     epoch: int,
     agentd: str,
     reconnect_for: float,
+    report: Callable[[], dict[str, Any]] | None = None,
 ) -> LoopResult:
-    """Run until superseded or the daemon stays gone; the sender is closed on return."""
+    """Run until superseded or the daemon stays gone; the sender is closed on return.
+
+    ``report`` gives the activity fields of each ``Pong`` (ADR 0025), for a daemon that
+    reads them (``Welcome.revision`` 2 or later)."""
     me = psutil.Process(os.getpid())
     hello = Hello(session, epoch, me.pid, me.create_time())
     with commands:
@@ -80,7 +91,7 @@ async def connection_loop(
             welcomed = trio.Event()
             async with connection:
                 try:
-                    result = await _converse(connection, hello, commands, welcomed)
+                    result = await _converse(connection, hello, commands, welcomed, report)
                 except (ChannelClosed, ProtocolError) as exc:
                     logger.warning("lost agentd: %s; reconnecting", exc)
                     result = None
@@ -107,13 +118,19 @@ async def _connect(agentd: str) -> Connection | OSError:
 
 
 async def _converse(
-    connection: Connection, hello: Hello, commands: Sender[Command], welcomed: trio.Event
+    connection: Connection,
+    hello: Hello,
+    commands: Sender[Command],
+    welcomed: trio.Event,
+    report: Callable[[], dict[str, Any]] | None,
 ) -> LoopResult | None:
     await connection.send(hello)
+    reports = False
     while True:
         message = await connection.receive()
         if isinstance(message, Welcome):
             welcomed.set()
+            reports = report is not None and message.revision >= ACTIVITY_REVISION
             logger.info("welcomed by agentd: session %s epoch %d", message.session, message.epoch)
         elif isinstance(message, Superseded):
             logger.warning(
@@ -121,9 +138,13 @@ async def _converse(
                 hello.epoch,
                 message.current,
             )
-            return LoopResult(Ending.SUPERSEDED, message.current)
+            return LoopResult(Ending.SUPERSEDED, message.current, message.reason)
         elif isinstance(message, Ping):
-            await connection.send(Pong(message.seq))
+            if reports:
+                assert report is not None
+                await connection.send(Pong(message.seq, **report()))
+            else:
+                await connection.send(Pong(message.seq))
         elif isinstance(message, Prompt | Nudge):
             try:
                 commands.try_send(message)  # unbounded: the loop never waits on the engine

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import trio
@@ -85,9 +87,10 @@ class Supervisor:
             settings.session, settings.epoch, self.transcript, self.children, tx.downgrade(),
             ledger=self.ledger,
         )  # fmt: skip
+        rx.observe(ctx.turns)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._run_engine, rx, ctx, name="engine")
-            nursery.start_soon(self._run_loop, tx.move(), name="connection loop")
+            nursery.start_soon(self._run_loop, tx.move(), ctx.turns.report, name="connection loop")
             nursery.start_soon(self._watch_signals, name="signal watcher")
             await self.decided.wait()
             cause = self.cause
@@ -113,6 +116,9 @@ class Supervisor:
             nursery.cancel_scope.cancel()
         if stray:
             cause.text += f"; command channel still held by: {stray}"
+        with trio.CancelScope(shield=True), trio.move_on_after(settings.grace):
+            ctx.turns.waiting()
+            await ctx.record_streams()
         return cause
 
     async def _run_engine(self, rx: Receiver[Command], ctx: HarnessContext) -> None:
@@ -132,7 +138,7 @@ class Supervisor:
                 self.decide(Cause(EXIT_OK, "engine returned"))
         self.engine_done.set()
 
-    async def _run_loop(self, tx: Sender[Command]) -> None:
+    async def _run_loop(self, tx: Sender[Command], report: Callable[[], dict[str, Any]]) -> None:
         settings = self.settings
         result = None
         with self.loop_scope:
@@ -142,16 +148,19 @@ class Supervisor:
                 epoch=settings.epoch,
                 agentd=settings.agentd,
                 reconnect_for=settings.reconnect_for,
+                report=report,
             )
         self.loop_done.set()
         if result is None:  # cancelled: another cause came first
             return
         if result.ending is Ending.SUPERSEDED:
+            why = f"harness superseded by epoch {result.current}"
             self.decide(
                 Cause(
                     EXIT_SUPERSEDED,
-                    f"superseded: epoch {settings.epoch} < current epoch {result.current}",
-                    f"harness superseded by epoch {result.current}",
+                    f"superseded: epoch {settings.epoch} < current epoch {result.current}"
+                    + (f" ({result.reason})" if result.reason else ""),
+                    f"{result.reason} ({why})" if result.reason else why,
                 )
             )
         elif result.ending is Ending.DAEMON_GONE:

@@ -80,11 +80,13 @@ class Tools:
         self.open: dict[str, OpenTool] = {}
         """The calls running now, by call id."""
 
-    def progress(self, note: str | None = None) -> None:
-        """The Python tool this task runs in made progress (a no-op outside one)."""
+    def progress(self, note: str | None = None) -> bool:
+        """The Python tool this task runs in made progress; whether it runs in one."""
         activity = _CURRENT.get()
-        if activity is not None:
-            activity.advance(note)
+        if activity is None:
+            return False
+        activity.advance(note)
+        return True
 
     async def call(
         self,

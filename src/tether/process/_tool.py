@@ -221,11 +221,14 @@ class _Run:
         seconds between; announce (and with ``OnStall.STOP``, stop) a stall."""
         poll = min(1.0, max(0.05, self.threshold / 10))
         announced = False
+        first = True
         while self.child.returncode is None:
-            with trio.move_on_at(min(deadline, trio.current_time() + poll)):
+            # The first look comes soon, so the next one can already see a change.
+            with trio.move_on_at(min(deadline, trio.current_time() + (0.05 if first else poll))):
                 await self.child.wait()
             if self.child.returncode is not None or trio.current_time() >= deadline:
                 return
+            first = False
             if self.progress.sample():
                 self.activity.advance()
             silence = self.activity.silence()
