@@ -44,12 +44,14 @@ __all__ = [
     "Agentd",
     "AgentdError",
     "Attached",
+    "Backoff",
     "Delivered",
     "DeliveryFailed",
     "PromptTooLarge",
     "SessionFailed",
     "SessionState",
     "SessionStatus",
+    "StallPolicy",
     "StartFailed",
     "QueuedPrompt",
     "ChannelClosed",
@@ -102,12 +104,14 @@ _LAYER = {
     "Agentd": "agentd",
     "AgentdError": "agentd",
     "Attached": "agentd",
+    "Backoff": "agentd",
     "Delivered": "agentd",
     "DeliveryFailed": "agentd",
     "PromptTooLarge": "agentd",
     "SessionFailed": "agentd",
     "SessionState": "agentd",
     "SessionStatus": "agentd",
+    "StallPolicy": "agentd",
     "StartFailed": "agentd",
     "Unconfirmed": "agentd",
     "ChannelClosed": "channels",
@@ -221,12 +225,14 @@ if TYPE_CHECKING:
     from .agentd import AgentdError as AgentdError
     from .agentd import AgentEvent as AgentEvent
     from .agentd import Attached as Attached
+    from .agentd import Backoff as Backoff
     from .agentd import Delivered as Delivered
     from .agentd import DeliveryFailed as DeliveryFailed
     from .agentd import PromptTooLarge as PromptTooLarge
     from .agentd import SessionFailed as SessionFailed
     from .agentd import SessionState as SessionState
     from .agentd import SessionStatus as SessionStatus
+    from .agentd import StallPolicy as StallPolicy
     from .agentd import StartFailed as StartFailed
     from .agentd import Unconfirmed as Unconfirmed
     from .channels import ChannelClosed as ChannelClosed

@@ -2,6 +2,8 @@
 durable outbox and restart limits; every outcome is reported and every attempt bounded."""
 
 from .._util import reexport
+from ._activity import StallPolicy as StallPolicy
+from ._backoff import Backoff as Backoff
 from ._daemon import Agentd as Agentd
 from ._events import AgentEvent as AgentEvent
 from ._events import EventKind as EventKind
@@ -21,6 +23,7 @@ __all__ = [
     "Agentd",
     "AgentdError",
     "Attached",
+    "Backoff",
     "Delivered",
     "DeliveryFailed",
     "EventKind",
@@ -28,6 +31,7 @@ __all__ = [
     "SessionFailed",
     "SessionState",
     "SessionStatus",
+    "StallPolicy",
     "StartFailed",
     "Unconfirmed",
 ]

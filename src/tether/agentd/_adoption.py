@@ -39,6 +39,10 @@ async def adopt_all(
         session.known = True
         session.restarts = record.restarts
         session.reason = record.reason
+        session.history = list(record.history)
+        session.streak = record.streak
+        session.next_attempt = record.next_attempt
+        session.stall_detail = record.stalled
         recorded = SessionState.from_record(record.state)
         session.become(recorded)
         if record.host != lease.host:
@@ -62,7 +66,9 @@ async def adopt_all(
             tasks.start(harnesses.confirm_exit, session, harness, name=f"superseded {name}")
             continue
         harnesses.adopt(session, harness)
-        if recorded is not SessionState.FAILED:
+        if recorded is SessionState.STALLED:
+            session.last_event = record.stalled or "stalled"  # until its first pong says more
+        elif recorded is not SessionState.FAILED:
             session.become(SessionState.DISCONNECTED)
         detail = f"waiting {settings.patience:.1f}s for it to reconnect"
         sessions.emit(session, EventKind.ADOPTED, harness, detail)

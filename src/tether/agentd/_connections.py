@@ -29,6 +29,7 @@ from ..wire import (
     Superseded,
     Welcome,
 )
+from ._activity import Activity
 from ._admission import Admitted, admit
 from ._awake import AwakeClock
 from ._events import EventKind
@@ -42,6 +43,8 @@ from ._state import SessionState
 
 logger = logging.getLogger("tether.agentd")
 
+REVISION = 2
+"""The wire revision this daemon speaks: it reads activity on pongs (ADR 0025)."""
 REPLY_TIMEOUT = 5.0
 """Seconds a peer has to read what the daemon sends it (a reply, a refusal) before its
 connection is closed."""
@@ -122,16 +125,17 @@ class Connections:
         assert harness is not None
         await harness.drop_link()  # it reconnected before we saw the old connection drop
         link = Link(connection, peer, hello.epoch, self.clock)
-        if await link.send(Welcome(session.name, hello.epoch, self.settings.heartbeat)):
+        welcome = Welcome(session.name, hello.epoch, self.settings.heartbeat, REVISION)
+        if await link.send(welcome):
             await self._attached(session, harness, link)
 
     async def _attached(self, session: Session, harness: Harness, link: Link) -> None:
         first = harness.attach(link)
-        session.become(SessionState.ATTACHED)
+        session.become(SessionState.STALLED if session.stall_detail else SessionState.ATTACHED)
         self.sessions.emit(session, EventKind.ATTACHED, harness, "" if first else "reconnected")
         try:
             with link.reading:
-                await _read(link)
+                await _read(link, harness)
         finally:
             link.close()
             link.detached.set()
@@ -140,10 +144,12 @@ class Connections:
                 self.sessions.emit(session, EventKind.DETACHED, harness)
 
 
-async def _read(link: Link) -> None:
+async def _read(link: Link, harness: Harness) -> None:
     async for message in link.connection:
         if isinstance(message, Pong):
             link.pong(message.seq)
+            if message.kind:
+                harness.activity = Activity.from_pong(message, link.last_pong)
         elif isinstance(message, Bye):
             return
         elif isinstance(message, Error):

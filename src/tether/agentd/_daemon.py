@@ -28,8 +28,10 @@ from ..channels import Receiver
 from ..epochs import EpochStore, OwnedElsewhere, StoreUnavailable
 from ..process import become_subreaper, reap_orphans
 from ..wire import Prompt, serve
+from ._activity import StallPolicy
 from ._adoption import adopt_all
 from ._awake import AwakeClock
+from ._backoff import Backoff
 from ._connections import Connections
 from ._control import ControlHandler
 from ._delivery import Outbox
@@ -43,6 +45,7 @@ from ._outcomes import Attached, Delivered, SessionStatus
 from ._records import Records
 from ._registry import Sessions
 from ._settings import Settings, SettingsView
+from ._stalls import Stalls
 from ._starter import Starter
 from ._state import SessionState
 from ._watchdog import Watchdog
@@ -78,6 +81,12 @@ class Agentd(SettingsView):
             only when asked for one.
         spawn_limit: harnesses started at once (default: twice the CPUs); a start waiting
             its turn does not count against ``start_timeout``.
+        stall_after: seconds a turn or a tool may go without progress when the harness has
+            no measured threshold for it (the ledger's, per route and phase or per tool).
+        on_stall: ``"announce"`` a stall (state ``stalled``, a ``stalled`` event) or
+            ``"respawn"``: supersede the harness, its open calls sealed as stalled, and start a
+            fresh epoch.
+        restart_backoff: how long a crashing session waits between restarts (``Backoff``).
 
     Raises:
         ValueError: a setting makes no sense (named).
@@ -100,6 +109,9 @@ class Agentd(SettingsView):
         reap_orphans: bool = False,
         adopt: bool = False,
         spawn_limit: int | None = None,
+        stall_after: float = 300.0,
+        on_stall: StallPolicy | str = StallPolicy.ANNOUNCE,
+        restart_backoff: Backoff | None = None,
     ) -> None:
         socket = os.fspath(socket_path)
         settings = Settings(
@@ -116,6 +128,9 @@ class Agentd(SettingsView):
             reap_orphans=reap_orphans,
             adopt=adopt,
             spawn_limit=spawn_limit if spawn_limit is not None else 2 * (os.cpu_count() or 1),
+            stall_after=stall_after,
+            on_stall=StallPolicy(on_stall),
+            restart_backoff=restart_backoff if restart_backoff is not None else Backoff(),
         )
         self.settings = settings
         self.store = store
@@ -135,9 +150,13 @@ class Agentd(SettingsView):
         )  # fmt: skip
         self._records = records
         self._outbox = Outbox(settings, store, self._lease, self._sessions, self._starter)
+        stalls = Stalls(
+            settings, self._clock, store, self._sessions, records, self._harnesses,
+            self._starter, self._tasks,
+        )  # fmt: skip
         self._watchdog = Watchdog(
             settings, self._clock, self._sessions, self._judge, self._harnesses,
-            self._starter, self._lease, self._tasks,
+            self._starter, self._lease, self._tasks, stalls,
         )  # fmt: skip
         self._connections = Connections(
             settings, store, self._sessions, self._harnesses, self._clock, self._tasks,
@@ -299,7 +318,9 @@ class Agentd(SettingsView):
         """
         session = self._sessions.get(session_name)
         async with session.lock:
-            session.recent.clear()
+            session.history.clear()
+            session.streak = 0
+            session.next_attempt = None
             session.reason = None
             failed = session.state is SessionState.FAILED
             state = SessionState.STOPPED if failed else session.state
@@ -310,7 +331,7 @@ class Agentd(SettingsView):
     def status(self) -> list[SessionStatus]:
         """One row per session, sorted by name; while the host lease is not known alive,
         every session this daemon runs is ``unconfirmed``, never healthy."""
-        return self._sessions.status(self.confirmed())
+        return self._sessions.status(self.confirmed(), self._clock.now(), self.stall_after)
 
     def attached(self) -> dict[str, int]:
         """Session name to the pid of its attached harness, for every attached session."""

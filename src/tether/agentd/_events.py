@@ -63,6 +63,10 @@ class EventKind(enum.StrEnum):
     """The host lease is held again and the session is still this host's."""
     TAKEOVER = "takeover"
     """This daemon takes over a session whose owner's lease ended."""
+    STALLED = "stalled"
+    """Its engine's turn or tool has not advanced past its threshold (once per episode)."""
+    RECOVERED = "recovered"
+    """A stalled turn or tool advanced again."""
 
 
 @attrs.frozen

@@ -198,13 +198,17 @@ class Harnesses:
                 await self.records.save(session, harness, SessionState.DEAD, keep_pid=False)
             harness.retiring.set()
 
-    async def supersede(self, session: Session, harness: Harness, current: int | None) -> None:
-        """Tell a harness of an older epoch it is superseded, give it its own exit bound to
-        exit cleanly, then retire it."""
+    async def supersede(
+        self, session: Session, harness: Harness, current: int | None, *, reason: str = ""
+    ) -> None:
+        """Tell a harness of an older epoch it is superseded (and why, if not a plain newer
+        epoch: it seals its open calls with it), give it its own exit bound to exit cleanly,
+        then retire it."""
         link = harness.link
         if link is not None:
-            await link.send(Superseded(session.name, harness.epoch, current or 0))
-        self.sessions.emit(session, EventKind.SUPERSEDED, harness, f"current epoch is {current}")
+            await link.send(Superseded(session.name, harness.epoch, current or 0, reason))
+        detail = f"current epoch is {current}" + (f"; {reason}" if reason else "")
+        self.sessions.emit(session, EventKind.SUPERSEDED, harness, detail)
         with trio.move_on_after(self.settings.exit_bound):
             await harness.exited.wait()
         await self.retire(session, harness, "superseded")

@@ -7,13 +7,13 @@ it down); a session changes state through ``become`` only.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 
 import attrs
 import trio
 
 from ..process import Child, ProcessRef
+from ._activity import Activity, Stall
 from ._link import Link
 from ._state import SessionState
 
@@ -39,6 +39,8 @@ class Harness:
     """Set once retiring starts; the event is set when it is done."""
     judging: bool = False
     """Whether a task is making sure it is a phantom (the watchdog starts one at a time)."""
+    activity: Activity | None = None
+    """What its engine was doing at its last pong (``None``: it never said)."""
 
     @property
     def alive(self) -> bool:
@@ -114,8 +116,17 @@ class Session:
     state: SessionState = SessionState.NEW
     reason: str | None = None
     restarts: int = 0
-    recent: collections.deque[float] = attrs.field(factory=collections.deque)
-    """Trio times of the restarts inside the restart window."""
+    history: list[float] = attrs.field(factory=list)
+    """Wall-clock times of the restarts inside the restart window (kept in the record)."""
+    streak: int = 0
+    """Restarts in a row without a harness that stayed up (the backoff's exponent)."""
+    next_attempt: float | None = None
+    """Wall-clock time before which it is not restarted."""
+    stall: Stall | None = None
+    """The stall its harness is in, while it lasts."""
+    stall_detail: str | None = None
+    """The last stall's description, kept in the record while the stall lasts (so a restarted
+    daemon shows it before the harness's first pong)."""
     known: bool = False
     """Whether a harness was ever recorded for it (the next spawn is then a restart)."""
     last_event: str = ""

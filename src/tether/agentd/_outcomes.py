@@ -46,6 +46,18 @@ class SessionStatus:
     """Seconds since the harness last answered a ping (``None``: never attached)."""
     restarts: int
     last_event: str
+    activity: str = ""
+    """What its engine is doing: ``idle``, ``turn``, ``turn on ROUTE``, ``tool NAME`` (empty:
+    not known; a harness of an earlier version does not say)."""
+    silence: float | None = None
+    """Awake seconds since that turn or tool last advanced."""
+    threshold: float | None = None
+    """The silence it may show before it is ``stalled``."""
+    threshold_source: str = ""
+    """Where the threshold came from: ``default`` (``stall_after``), ``max_gap``,
+    ``quantile`` or ``given``."""
+    next_attempt: float | None = None
+    """Seconds until its next restart is allowed (its backoff), if one is due."""
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)

@@ -51,6 +51,10 @@ class Records:
             restarts=session.restarts,
             reason=session.reason,
             host=self.host,
+            history=tuple(session.history),
+            streak=session.streak,
+            next_attempt=session.next_attempt,
+            stalled=session.stall_detail,
         )
         try:
             if harness is not None:

@@ -8,6 +8,7 @@ each subscriber, and the session's ``last_event``.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 from ._events import AgentEvent, EventKind, EventLog
@@ -74,25 +75,36 @@ class Sessions:
         session.last_event = kind if not detail else f"{kind}: {detail}"
         self.events.emit(event)
 
-    def status(self, confirmed: bool) -> list[SessionStatus]:
+    def status(self, confirmed: bool, now: float, stall_after: float) -> list[SessionStatus]:
         """One row per session, by name; unless ``confirmed`` (the host lease is known alive),
-        every session this daemon runs shows ``unconfirmed``."""
+        every session this daemon runs shows ``unconfirmed``. ``now`` is the awake clock's
+        reading, ``stall_after`` the threshold where a harness has no measured one."""
         rows = []
+        wall = time.time()
         for session in self:
             harness = session.harness
             link = harness.link if harness is not None else None
             state = session.state
             if not confirmed and not state.settled and state is not SessionState.ELSEWHERE:
                 state = SessionState.UNCONFIRMED
+            live = harness is not None and harness.alive
+            activity = harness.activity if harness is not None and live else None
+            threshold, source = activity.limit(stall_after) if activity else (None, "")
+            due = session.next_attempt
             rows.append(
                 SessionStatus(
                     session=session.name,
                     state=state,
                     epoch=harness.epoch if harness is not None else None,
-                    pid=harness.ref.pid if harness is not None and harness.alive else None,
+                    pid=harness.ref.pid if harness is not None and live else None,
                     heartbeat_age=round(link.silence(), 3) if link is not None else None,
                     restarts=session.restarts,
                     last_event=session.last_event,
+                    activity=activity.describe() if activity else "",
+                    silence=round(activity.silence(now), 3) if activity and activity.busy else None,
+                    threshold=threshold if activity and activity.busy else None,
+                    threshold_source=source if activity and activity.busy else "",
+                    next_attempt=round(due - wall, 3) if due is not None and due > wall else None,
                 )
             )
         return rows

@@ -6,6 +6,9 @@ from collections.abc import Mapping
 
 import attrs
 
+from ._activity import StallPolicy
+from ._backoff import Backoff
+
 
 @attrs.frozen
 class Settings:
@@ -24,6 +27,9 @@ class Settings:
     reap_orphans: bool
     adopt: bool
     spawn_limit: int
+    stall_after: float = 300.0
+    on_stall: StallPolicy = StallPolicy.ANNOUNCE
+    restart_backoff: Backoff = attrs.field(factory=Backoff)
 
     def __attrs_post_init__(self) -> None:
         """Refuse settings that make no sense.
@@ -39,6 +45,8 @@ class Settings:
             raise ValueError("start_timeout must be positive and grace not negative")
         if self.spawn_limit < 1:
             raise ValueError("spawn_limit must be at least 1")
+        if self.stall_after <= 0:
+            raise ValueError("stall_after must be positive")
 
     @property
     def patience(self) -> float:
@@ -108,6 +116,18 @@ class SettingsView:
     @property
     def spawn_limit(self) -> int:
         return self.settings.spawn_limit
+
+    @property
+    def stall_after(self) -> float:
+        return self.settings.stall_after
+
+    @property
+    def on_stall(self) -> StallPolicy:
+        return self.settings.on_stall
+
+    @property
+    def restart_backoff(self) -> Backoff:
+        return self.settings.restart_backoff
 
     @property
     def patience(self) -> float:

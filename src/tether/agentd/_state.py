@@ -21,6 +21,9 @@ class SessionState(enum.StrEnum):
     """A harness was spawned and has not said hello yet."""
     ATTACHED = "attached"
     """Its harness is connected and answers pings."""
+    STALLED = "stalled"
+    """Its harness answers pings but its engine's turn or tool has not advanced past its
+    threshold (ADR 0025)."""
     DISCONNECTED = "disconnected"
     """Its harness runs but is not connected (it has ``patience`` to come back)."""
     DEAD = "dead"

@@ -22,9 +22,9 @@ from ._judge import Judge
 from ._lease import HostLease
 from ._lifecycle import Harnesses
 from ._model import Harness, Session
-from ._outcomes import REFUSED
 from ._registry import Sessions
 from ._settings import Settings
+from ._stalls import Stalls
 from ._starter import Starter
 
 logger = logging.getLogger("tether.agentd")
@@ -42,6 +42,7 @@ class Watchdog:
     starter: Starter
     lease: HostLease
     tasks: Tasks
+    stalls: Stalls
     _throttle: Throttle = attrs.field(factory=Throttle, init=False)
 
     async def run(self) -> None:
@@ -65,6 +66,7 @@ class Watchdog:
                 harness.judging = True
                 self.tasks.start(self.judge_it, session, harness, name=f"judge {session.name}")
             elif harness.link is not None and harness.attached:
+                await self.stalls.check(session, harness)
                 # Only a full socket buffer blocks: a harness that stopped reading.
                 with trio.move_on_after(self.settings.heartbeat / 4):
                     await harness.link.ping()
@@ -92,16 +94,6 @@ class Watchdog:
                     return
                 self.sessions.emit(session, EventKind.PHANTOM, harness, detail)
                 await self.harnesses.retire(session, harness, "phantom")
-                await self._respawn(session)
         finally:
             harness.judging = False
-
-    async def _respawn(self, session: Session) -> None:
-        """Start a fresh harness for a session whose harness was a phantom (its lock is
-        held); a refusal (the restart limit, a lost lease) is logged and stands."""
-        if session.state.settled or not self.lease.confirmed():
-            return
-        try:
-            await self.starter.spawn(session, "respawned")
-        except REFUSED as exc:
-            logger.warning("session %s: not respawned after a phantom: %s", session.name, exc)
+        await self.starter.respawn(session)  # its backoff is waited out without the lock

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import trio
 
 from .. import signals
-from ..agentd import Agentd, AgentdError
+from ..agentd import Agentd, AgentdError, StallPolicy
 from ..agentd._client import default_socket, request
 from ..agentd._control import ControlOp
 from ..epochs import EpochStore, HostIdInUse, SqliteEpochStore, StoreInUse, StoreUnavailable
@@ -71,6 +71,20 @@ def add_commands(commands: Any) -> None:
         help="harnesses started at once (default: twice the CPUs)",
     )
     daemon.add_argument(
+        "--stall-after",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a turn or tool without progress this long is stalled, where the harness has no"
+        " measured threshold (default 300)",
+    )
+    daemon.add_argument(
+        "--on-stall",
+        choices=[policy.value for policy in StallPolicy],
+        default=StallPolicy.ANNOUNCE.value,
+        help="announce a stall, or respawn the session in a fresh epoch (default announce)",
+    )
+    daemon.add_argument(
         "--stop-harnesses", action="store_true", help="stop every harness when the daemon stops"
     )
     daemon.add_argument("harness", nargs="*", help="after --: how to start a harness")
@@ -112,10 +126,16 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """The ``tether ps`` table."""
-    header = ("SESSION", "STATE", "EPOCH", "PID", "HEARTBEAT", "RESTARTS", "LAST EVENT")
+    header = (
+        "SESSION", "STATE", "EPOCH", "PID", "HEARTBEAT", "ACTIVITY", "SILENCE", "RESTARTS",
+        "LAST EVENT",
+    )  # fmt: skip
     lines = [header]
     for row in rows:
         age = row["heartbeat_age"]
+        restarts = str(row["restarts"])
+        if row.get("next_attempt") is not None:
+            restarts += f" (next in {row['next_attempt']:.1f}s)"
         lines.append(
             (
                 row["session"],
@@ -123,7 +143,9 @@ def table(rows: list[dict[str, Any]]) -> str:
                 "-" if row["epoch"] is None else str(row["epoch"]),
                 "-" if row["pid"] is None else str(row["pid"]),
                 "-" if age is None else f"{age:.1f}s ago",
-                str(row["restarts"]),
+                row.get("activity") or "-",
+                _silence(row),
+                restarts,
                 row["last_event"],
             )
         )
@@ -135,6 +157,14 @@ def table(rows: list[dict[str, Any]]) -> str:
         + "\n"
         for line in lines
     )
+
+
+def _silence(row: dict[str, Any]) -> str:
+    silence, threshold = row.get("silence"), row.get("threshold")
+    if silence is None:
+        return "-"
+    limit = f"/{threshold:g}s {row.get('threshold_source', '')}".rstrip() if threshold else ""
+    return f"{silence:.0f}s{limit}"
 
 
 def open_store(spec: str, *, host_id: str | None = None, lease_ttl: int = 10) -> EpochStore:
@@ -191,6 +221,8 @@ async def _daemon(args: argparse.Namespace) -> int:
                 reap_orphans=True,
                 adopt=args.adopt,
                 spawn_limit=args.spawn_limit,
+                stall_after=args.stall_after,
+                on_stall=args.on_stall,
             )
             unavailable: BaseException | None = None
             displaced: BaseException | None = None

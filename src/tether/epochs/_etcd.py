@@ -167,7 +167,7 @@ class EtcdEpochStore(FencedStore):
     async def record(self, session: str) -> SessionRecord | None:
         """The record last saved for ``session``, or ``None``."""
         kvs = await self.client.range(self.keys.key("record", session))
-        return SessionRecord(**json.loads(unb64(kvs[0]["value"]))) if kvs else None
+        return SessionRecord.from_dict(json.loads(unb64(kvs[0]["value"]))) if kvs else None
 
     async def save(self, session: str, record: SessionRecord, *, epoch: int) -> None:
         """Store ``record`` as written by the holder of ``epoch`` on this host: the transaction
@@ -314,4 +314,5 @@ def _fields(record: SessionRecord) -> dict[str, Any]:
         "restarts": record.restarts,
         "reason": record.reason,
         "host": record.host,
+        **record.extra(),
     }

@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS records (
     state       TEXT NOT NULL,
     restarts    INTEGER NOT NULL,
     reason      TEXT,
-    host        TEXT
+    host        TEXT,
+    extra       TEXT
 );
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -81,6 +82,8 @@ def _upgrade(db: sqlite3.Connection) -> None:
     with immediate(db):
         if "host" not in _columns(db, "records"):
             db.execute("ALTER TABLE records ADD COLUMN host TEXT")
+        if "extra" not in _columns(db, "records"):
+            db.execute("ALTER TABLE records ADD COLUMN extra TEXT")
         if "settled_at" not in _columns(db, "outbox"):
             db.execute("ALTER TABLE outbox ADD COLUMN settled_at REAL")
             db.execute(
@@ -155,11 +158,14 @@ class SqliteEpochStore(SqliteFile, FencedStore):
 
         def read(db: sqlite3.Connection) -> SessionRecord | None:
             row = db.execute(
-                f"SELECT epoch, {', '.join(_FIELDS)} FROM records WHERE session = ?", (session,)
+                f"SELECT epoch, extra, {', '.join(_FIELDS)} FROM records WHERE session = ?",
+                (session,),
             ).fetchone()
             if row is None:
                 return None
-            return SessionRecord(**dict(zip(_FIELDS, row[1:], strict=True)), epoch=row[0])
+            values = dict(zip(_FIELDS, row[2:], strict=True))
+            values.update(json.loads(row[1]) if row[1] else {})
+            return SessionRecord.from_dict({**values, "epoch": row[0]})
 
         return await self._run(read)
 
@@ -177,10 +183,11 @@ class SqliteEpochStore(SqliteFile, FencedStore):
             with immediate(db):
                 fence_write(session, epoch, _current(db, session))
                 values = tuple(getattr(record, field) for field in _FIELDS)
+                extra = json.dumps(record.extra())
                 db.execute(
-                    f"INSERT OR REPLACE INTO records (session, {', '.join(_FIELDS)}, epoch)"
-                    f" VALUES (?, {', '.join('?' for _ in _FIELDS)}, ?)",
-                    (session, *values, epoch),
+                    f"INSERT OR REPLACE INTO records (session, {', '.join(_FIELDS)}, extra,"
+                    f" epoch) VALUES (?, {', '.join('?' for _ in _FIELDS)}, ?, ?)",
+                    (session, *values, extra, epoch),
                 )
 
         await self._run(save)

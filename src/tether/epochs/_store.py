@@ -8,8 +8,9 @@ nor overwrite what its successor wrote.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -116,6 +117,10 @@ class FencedStore:
             raise Superseded(session, epoch, current)
 
 
+def _floats(values: Iterable[float]) -> tuple[float, ...]:
+    return tuple(float(value) for value in values)
+
+
 @attrs.frozen
 class SessionRecord:
     """What the daemon keeps about a session's harness between its own restarts."""
@@ -136,6 +141,29 @@ class SessionRecord:
     """The epoch whose holder wrote this record (set by the store on ``save``)."""
     host: str | None = None
     """The host id of the daemon that wrote it (``None`` for a single-host store's daemon)."""
+    history: tuple[float, ...] = attrs.field(default=(), converter=_floats)
+    """Wall-clock times of the restarts inside the restart window: a daemon restart keeps
+    counting a crash loop."""
+    streak: int = 0
+    """Restarts in a row without a harness that stayed up: the backoff's exponent."""
+    next_attempt: float | None = None
+    """Wall-clock time before which the session is not restarted (its backoff)."""
+    stalled: str | None = None
+    """What is stalled, while a stall lasts (``stalled: tool bash silent for ...``)."""
+
+    EXTRA: ClassVar[tuple[str, ...]] = ("history", "streak", "next_attempt", "stalled")
+    """Fields added after the first layout: stores keep them together (one JSON column)."""
+
+    def extra(self) -> dict[str, Any]:
+        """The fields of ``EXTRA``, for one JSON value."""
+        return {name: getattr(self, name) for name in self.EXTRA}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> SessionRecord:
+        """A record from stored values, ignoring names this version does not know (written
+        by a later one)."""
+        known = {field.name for field in attrs.fields(cls)}
+        return cls(**{name: value for name, value in values.items() if name in known})
 
 
 @attrs.frozen
