@@ -72,9 +72,14 @@ def recv():
 if "TETHER_SESSION" in os.environ:  # without it: an echo, the floor of a round trip
     send({"type": "hello", "session": os.environ["TETHER_SESSION"],
           "epoch": int(os.environ["TETHER_EPOCH"]), "pid": os.getpid(), "create_time": 0.0})
+modes = {"idle": {"kind": "idle"}, "": {}, "turn": {"kind": "turn", "name": "model-a",
+         "age": 12.5, "silence": 0.25, "threshold": 40.0, "source": "quantile"}}
+switch = os.environ.get("TETHER_BENCH_MODE_FILE")  # what each pong says the engine does
 while True:
     m = recv()
-    if m["type"] == "ping": send({"type": "pong", "seq": m["seq"]})
+    if m["type"] == "ping":
+        mode = open(switch).read().strip() if switch else ""
+        send({"type": "pong", "seq": m["seq"], **modes[mode]})
     elif m["type"] == "superseded": sys.exit(75)
 """
 
@@ -191,6 +196,44 @@ async def many_sessions(workdir: Path, count: int) -> tuple[float, float]:
             assert len(agentd.attached()) == count, "a harness was lost while idle"
             rss = me.memory_info().rss / 2**20
     return cpu / wall, rss
+
+
+async def activity_cost(workdir: Path, count: int, windows: int = 8) -> tuple[float, float]:
+    """The daemon's CPU share with ``count`` attached harnesses whose pongs say ``turn`` and
+    the same harnesses saying ``idle``: one daemon, the two alternating in 5 s windows (so
+    spawning and load drift affect both alike)."""
+    switch = workdir / "mode"
+    switch.write_text("idle")
+    env = {**os.environ, "TETHER_BENCH_MODE_FILE": str(switch)}
+    shares: dict[str, list[float]] = {"idle": [], "turn": []}
+    async with SqliteEpochStore(workdir / "epochs.sqlite3") as store:
+        agentd = Agentd(
+            store, workdir / "agentd.sock", [sys.executable, "-c", MINI], heartbeat=1.0, env=env
+        )
+        async with agentd.running(stop_harnesses=True):
+            limit = trio.CapacityLimiter(16)
+
+            async def start(index: int) -> None:
+                async with limit:
+                    await agentd.start_agent(f"s{index}")
+
+            async with trio.open_nursery() as nursery:
+                for index in range(count):
+                    nursery.start_soon(start, index)
+            await trio.sleep(2.0)
+            me = psutil.Process()
+            for window in range(windows):
+                mode = ("idle", "turn")[window % 2]
+                switch.write_text(mode)
+                await trio.sleep(1.5)  # every harness has answered a ping in this mode
+                before, started = me.cpu_times(), time.perf_counter()
+                await trio.sleep(5.0)
+                after, wall = me.cpu_times(), time.perf_counter() - started
+                used = (after.user - before.user) + (after.system - before.system)
+                shares[mode].append(used / wall)
+            busy = [r for r in agentd.status() if r.activity.startswith("turn")]
+            assert len(busy) == count or mode != "turn", "the turns were not reported"
+    return statistics.mean(shares["turn"]), statistics.mean(shares["idle"])
 
 
 @attrs.frozen
@@ -386,6 +429,8 @@ async def main() -> None:
             )
         )
         share, rss = await many_sessions(base / "c", args.sessions)
+        (base / "d").mkdir(mode=0o700)
+        busy, idle = await activity_cost(base / "d", args.sessions)
     print(f"agentd, {args.sessions} sessions; {args.rounds} reattaches; {args.cycles} cycles\n")
     print("| measure | tether | reference | ratio | reference is |")
     print("| --- | --- | --- | --- | --- |")
@@ -399,6 +444,11 @@ async def main() -> None:
         f"| 5 % | {share / 0.05:.2f}x | the target |"
     )
     print(f"| daemon RSS, {args.sessions} sessions | {rss:.0f} MiB | - | - | - |")
+    print(
+        f"| daemon CPU, {args.sessions} sessions in turns reporting (target <= 1.2x idle)"
+        f" | {busy * 100:.2f} % | {idle * 100:.2f} % | {busy / idle:.2f}x"
+        " | the same sessions reporting idle |"
+    )
 
 
 if __name__ == "__main__":
