@@ -37,6 +37,16 @@ def test_the_threshold_is_the_evidence_or_else_stall_after() -> None:
     assert measured.stall(144.0, 300.0) is None
 
 
+def test_a_harness_cannot_report_its_way_into_a_huge_row() -> None:
+    lying = wire.Pong(1, "turn" * 100, "x" * 100_000, -5.0, -5.0, -1.0, "quantile" * 10)
+    activity = Activity.from_pong(lying, 50.0)
+    assert activity is not None
+    assert len(activity.name) == 128
+    assert len(activity.kind) <= 16
+    assert activity.advanced <= 50.0
+    assert activity.limit(300.0) == (300.0, "default")  # a negative threshold is no evidence
+
+
 def test_idle_is_never_stalled() -> None:
     idle = Activity.from_pong(wire.Pong(1, "idle"), 0.0)
     assert idle is not None

@@ -17,6 +17,9 @@ import attrs
 
 from ..wire import Pong
 
+NAME_LIMIT = 128
+"""Characters of a reported tool or route name that are kept."""
+
 
 class StallPolicy(enum.StrEnum):
     """What agentd does with a stalled session (``Agentd(on_stall=...)``)."""
@@ -44,9 +47,11 @@ class Activity:
         """The activity a pong reports (``None`` if it reports none: an older harness)."""
         if not pong.kind:
             return None
+        # A harness's words are cut to size: it cannot make every ps row a megabyte.
         return cls(
-            pong.kind, pong.name, now - pong.age, now - pong.silence, pong.threshold, pong.source
-        )
+            pong.kind[:16], pong.name[:NAME_LIMIT], now - max(pong.age, 0.0),
+            now - max(pong.silence, 0.0), pong.threshold, pong.source[:16],
+        )  # fmt: skip
 
     @property
     def busy(self) -> bool:
