@@ -18,7 +18,8 @@ import pytest
 import trio
 
 from helpers import agentd_events, kill_marked, python, unique_session, wait_until
-from tether import Agentd, Backoff, SessionStatus, SqliteEpochStore
+from tether import Agentd, Backoff, SessionStatus, SqliteEpochStore, ToolResult
+from tether.journal import scan
 
 HEARTBEAT = 0.2
 STALL = 1.5
@@ -161,7 +162,7 @@ async def test_respawn_replaces_a_stalled_harness_and_a_fresh_epoch_answers(
 ) -> None:
     session = unique_session()
     async with running(directory, on_stall="respawn") as agentd:
-        first = await agentd.deliver(session, "sleep-forever")
+        first = await agentd.deliver(session, "hang-tool")
         await wait_until(lambda: "respawned" in kinds(directory, session), timeout=STALL + 15)
         second = await agentd.deliver(session, "done")
         assert second.epoch > first.epoch
@@ -169,7 +170,12 @@ async def test_respawn_replaces_a_stalled_harness_and_a_fresh_epoch_answers(
         await wait_until(lambda: "done done" in transcript.read_text(), timeout=20)
     events = agentd_events(directory, session)
     superseded = [e for e in events if e["kind"] == "superseded"]
-    assert any("stalled: turn silent" in e["detail"] for e in superseded)
+    assert any("stalled: tool hang silent" in e["detail"] for e in superseded)
+    results = [e for e in scan(transcript.read_bytes()).entries if isinstance(e, ToolResult)]
+    (sealed,) = results  # the stuck call, answered by the harness that was stuck
+    assert sealed.status == "aborted"
+    assert sealed.reason is not None
+    assert sealed.reason.startswith("stalled: tool hang silent for"), sealed.reason
 
 
 async def test_a_daemon_restart_keeps_the_stall_and_its_silence(directory: Path) -> None:

@@ -96,6 +96,7 @@ class Supervisor:
             cause = self.cause
             assert cause is not None
             if cause.code == EXIT_SUPERSEDED:
+                ctx.shutdown_reason = cause.reason  # a tool its stop ends is answered with it
                 nursery.start_soon(self.children.aclose, name="stop child agents")
                 with trio.move_on_after(settings.grace):
                     await self.engine_done.wait()

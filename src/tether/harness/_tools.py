@@ -156,8 +156,11 @@ class Tools:
     async def _record(
         self, call: ToolCall, name: str, result: RunResult, threshold: Threshold, *, stopped: bool
     ) -> None:
+        shutdown = self._reason()
         if result.timed_out:
             outcome, why = "timed_out", f"timed out after {result.timeout:g} s"
+        elif shutdown is not None and result.returncode is not None and result.returncode < 0:
+            outcome, why = "aborted", shutdown  # the harness's own stop ended it
         elif stopped:
             outcome, why = "stalled", (
                 f"stalled after {result.max_silence:.0f} s without progress"
