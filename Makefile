@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test bench clean etcd
+.PHONY: demo test test-lowest test-pythons docs bench clean etcd
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,etcd,metrics,docs]'
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -29,14 +29,41 @@ etcd:
 	    'apt-get install -y -q etcd-server || (apt-get update -q && apt-get install -y -q etcd-server)' \
 	  >/dev/null || echo "etcd-server could not be installed: the etcd tests will be skipped"
 
+# The whole suite: lint, types, the tests on this Python, then the tests again on the lowest
+# dependency versions pyproject.toml allows and on every other supported Python this machine
+# has (a missing one is named and skipped).
 test: $(VENV)/.installed-test etcd
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy --strict src
 	$(BIN)/python -m pytest
+	$(MAKE) --no-print-directory test-lowest test-pythons
+
+OTHER_PYTHONS ?= 3.12 3.13
+
+test-lowest: etcd
+	[ -x .venv-lowest/bin/python ] || $(PYTHON) -m venv .venv-lowest
+	.venv-lowest/bin/python -m pip install --quiet -c tests/lowest-versions.txt -e '.[test,etcd,metrics]'
+	.venv-lowest/bin/python -m pytest -q -p no:cacheprovider
+
+test-pythons: etcd
+	@for v in $(OTHER_PYTHONS); do \
+	  py=""; \
+	  for c in python$$v $$HOME/.pyenv/versions/$$v*/bin/python$$v; do \
+	    if $$c -c '' 2>/dev/null; then py=$$c; break; fi; \
+	  done; \
+	  if [ -z "$$py" ]; then echo "python$$v is not on this machine: the suite is not run on it"; continue; fi; \
+	  echo "the suite on $$($$py -V)"; \
+	  [ -x .venv-$$v/bin/python ] || $$py -m venv .venv-$$v || exit 1; \
+	  .venv-$$v/bin/python -m pip install --quiet -e '.[test,etcd,metrics]' || exit 1; \
+	  .venv-$$v/bin/python -m pytest -q -p no:cacheprovider || exit 1; \
+	done
+
+docs: $(VENV)/.installed-test
+	$(BIN)/mkdocs build --strict
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	$(BIN)/python benchmarks/summary.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-lowest .venv-3.* site .mypy_cache .pytest_cache .ruff_cache .hypothesis

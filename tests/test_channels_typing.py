@@ -5,7 +5,6 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from mypy import api
 
 _SNIPPET = """
     import tether
@@ -29,6 +28,7 @@ def mypy_report(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     workdir = tmp_path_factory.mktemp("typing")
     snippet = workdir / "snippet.py"
     snippet.write_text(textwrap.dedent(_SNIPPET))
+    api = pytest.importorskip("mypy.api", reason="mypy comes with the dev extra")
     stdout, stderr, _ = api.run(
         ["--strict", "--no-incremental", "--cache-dir", str(workdir / "cache"), str(snippet)]
     )
