@@ -189,3 +189,25 @@ def test_the_leak_guard_names_and_kills_what_a_test_left(pytester: pytest.Pytest
     out = result.stdout.str()
     assert "test_it.py::test_leaks_a_sleeper left 1 processes behind (killed and reaped)" in out
     assert re.search(r"pid=\d+ status=\w+ cmd=sleep 300", out)
+
+
+def test_the_plugin_costs_pytest_start_up_almost_nothing() -> None:
+    """Every install registers the plugin, so loading it must cost next to nothing until an
+    ini option turns it on: under 30 ms of imports beyond pytest's own (it is about 2)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    code = "import pytest; import tether.testing._plugin"
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)  # bytecode caches
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (line,) = [row for row in done.stderr.splitlines() if row.endswith("| tether.testing._plugin")]
+    cumulative_us = int(line.split("|")[1])
+    assert cumulative_us < 30_000, line
+    loaded = [row.rsplit("|", 1)[1].strip() for row in done.stderr.splitlines() if "|" in row]
+    assert "trio" not in loaded
+    assert "tether.journal" not in loaded

@@ -44,6 +44,10 @@ _EXTERNAL = (
     (os.path.join(_TRIO, "_core", "_run.py"), "wait_all_tasks_blocked"),
     (os.path.join(_TRIO, "_signals.py"), None),
 )
+KNOWS_TRIO = all(os.path.exists(path) for path, _ in (*_THREAD_WAITS, *_EXTERNAL))
+"""Whether trio's files are where the detector looks for tasks that wait on threads or
+signals (trio 0.25 to 0.35 at least). Without them it could take such a wait for a deadlock,
+so the plugin then turns deadlock detection off and says so (the hard timeout still works)."""
 
 
 class Deadlock(Exception):

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import trio
 
-from ._deadlock import DeadlockDetector
-from ._leaks import LeakGuard
+if TYPE_CHECKING:  # imported when a test needs them: the plugin loads with every pytest run
+    from ._deadlock import DeadlockDetector
 
 _FIXTURE = "deadlock_detector"
+_WARNED: list[bool] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,6 +57,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def deadlock_detector(request: pytest.FixtureRequest) -> DeadlockDetector:
     """Detect deadlocks in this trio test (whatever the ini says); the detector, whose
     ``cushion`` the test may change before its first checkpoint."""
+    from ._deadlock import DeadlockDetector
+
     return DeadlockDetector(_cushion(request.config), _timeout(request.config))
 
 
@@ -63,6 +66,8 @@ def deadlock_detector(request: pytest.FixtureRequest) -> DeadlockDetector:
 def no_process_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the test if a process it started, directly or deeper, is alive or a zombie after
     it; each is named, killed and reaped, so the next test starts clean."""
+    from ._leaks import LeakGuard
+
     guard = LeakGuard()
     guard.before()
     yield
@@ -102,6 +107,22 @@ def _detector_for(item: pytest.Function) -> DeadlockDetector | None:
     timeout = _timeout(config)
     if not deadlock and timeout is None:
         return None
+    from ._deadlock import KNOWS_TRIO, DeadlockDetector
+
+    if deadlock and not KNOWS_TRIO:
+        deadlock = False
+        if not _WARNED:
+            import importlib.metadata
+
+            _WARNED.append(True)
+            warnings.warn(
+                "tether's deadlock detector does not know this trio's layout"
+                f" (trio {importlib.metadata.version('trio')}): deadlock detection is off",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+        if timeout is None:
+            return None
     if _FIXTURE in item.fixturenames and _FIXTURE in item.funcargs:
         detector = item.funcargs[_FIXTURE]
         assert isinstance(detector, DeadlockDetector)
@@ -124,6 +145,8 @@ def _watched(
     test: Callable[..., Coroutine[Any, Any, object]], detector: DeadlockDetector
 ) -> Callable[..., Coroutine[Any, Any, object]]:
     """The test, run under the detector: a deadlock or the timeout cancels it and fails it."""
+
+    import trio
 
     @functools.wraps(test)
     async def watched(*args: Any, **kwargs: Any) -> object:
