@@ -149,6 +149,9 @@ class ChildGroup:
         finally:
             assert self._nursery_manager is not None
             self._reaper.stop()
+            if self._keeper is not None and self._keeper.alive:  # aclose failed part way
+                with trio.CancelScope(shield=True):
+                    await self._keeper.close()  # else its reader below would wait forever
             # The reaper and the keeper's reader never raise; the body's own exception
             # propagates on its own.
             await self._nursery_manager.__aexit__(None, None, None)
@@ -195,11 +198,11 @@ class ChildGroup:
 
         Args:
             argv: the program and its arguments; the program is looked up on ``PATH``.
-            stdin, stdout, stderr: ``subprocess.PIPE`` (then ``child.stdin`` is a
-                ``trio.abc.SendStream``, ``child.stdout`` and ``child.stderr`` are
-                ``trio.abc.ReceiveStream`` objects), ``subprocess.DEVNULL``,
-                ``subprocess.STDOUT`` (stderr only), a descriptor, or ``None`` (this
-                process's own).
+            stdin: ``subprocess.PIPE`` (then ``child.stdin`` is a ``trio.abc.SendStream``),
+                ``subprocess.DEVNULL``, a descriptor, or ``None`` (this process's own).
+            stdout: the same; with ``PIPE``, ``child.stdout`` is a
+                ``trio.abc.ReceiveStream``.
+            stderr: the same, or ``subprocess.STDOUT`` (wherever stdout goes).
             env: the child's environment (default: this process's); ``TETHER_SESSION`` and
                 ``TETHER_EPOCH`` are always set.
             cwd: the child's working directory.
@@ -284,7 +287,9 @@ class ChildGroup:
                 holds its pipes (a backgrounded grandchild) is named and stopped.
             check: raise ``ToolFailed`` (with the result) on a non-zero code, a timeout or a
                 stall.
-            env, cwd, name: as ``spawn``.
+            env: as ``spawn``.
+            cwd: as ``spawn``.
+            name: as ``spawn`` (and the tool's name in logs).
             activity: the ``ToolActivity`` to mark (to read the tool's silence while it runs).
             stalled: awaited with the ``ToolStall`` when one is announced.
             max_output: bytes of each stream to keep (256 MiB); the rest is read and counted
@@ -340,7 +345,8 @@ class ChildGroup:
         self._state = "closing"
         self._reaper.stop()
         leaders = [child.ref for child in self._children]
-        with trio.move_on_after(2 * self.grace + KILL_WAIT, shield=True):
+        bound = trio.current_time() + 2 * self.grace + KILL_WAIT
+        with trio.CancelScope(deadline=bound, shield=True):  # move_on_after(shield=): trio 0.26
             await stop_processes(self.members, leaders, self.grace)
             # One look can miss a descendant caught mid-exec (its environment, and so its mark,
             # unreadable for an instant) or one reparented just after: look again.
