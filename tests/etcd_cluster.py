@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -49,9 +50,13 @@ def free_ports(n: int) -> list[int]:
 class Cluster:
     """``size`` etcd members on loopback, their data and logs under ``directory``."""
 
-    def __init__(self, binary: str, directory: Path, size: int = 3) -> None:
+    def __init__(
+        self, binary: str, directory: Path, size: int = 3, tls: Certificates | None = None
+    ) -> None:
         self.binary = binary
         self.directory = directory
+        self.tls = tls
+        self.scheme = "https" if tls is not None else "http"
         ports = free_ports(2 * size)
         self.names = [f"m{i}" for i in range(size)]
         self.client = {name: ports[2 * i] for i, name in enumerate(self.names)}
@@ -72,8 +77,9 @@ class Cluster:
                     self.binary,
                     "--name", name,
                     "--data-dir", str(self.directory / name),
-                    "--listen-client-urls", f"http://127.0.0.1:{self.client[name]}",
-                    "--advertise-client-urls", f"http://127.0.0.1:{self.client[name]}",
+                    "--listen-client-urls", f"{self.scheme}://127.0.0.1:{self.client[name]}",
+                    "--advertise-client-urls", f"{self.scheme}://127.0.0.1:{self.client[name]}",
+                    *(self.tls.server_flags() if self.tls is not None else []),
                     "--listen-peer-urls", f"http://127.0.0.1:{self.peer[name]}",
                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer[name]}",
                     "--initial-cluster", initial,
@@ -93,10 +99,12 @@ class Cluster:
         self.wait_healthy(self.names)
 
     def healthy(self, name: str) -> bool:
+        context = self.tls.client_context() if self.tls is not None else None
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.client[name]}/health", timeout=1
-            ) as answer:
+                f"{self.scheme}://127.0.0.1:{self.client[name]}/health", timeout=1,
+                context=context,
+            ) as answer:  # fmt: skip
                 return bool(json.load(answer).get("health") == "true")
         except (OSError, ValueError, urllib.error.URLError):
             return False
@@ -134,3 +142,50 @@ class Cluster:
         for proc in self.procs.values():
             proc.wait(10)
         self.procs.clear()
+
+
+class Certificates:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl
+    in ``directory`` for one test (two days valid)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.ca, self.ca_key = directory / "ca.pem", directory / "ca.key"
+        self._openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", self.ca_key,
+            "-out", self.ca, "-days", "2", "-subj", "/CN=tether test CA",
+        )  # fmt: skip
+        # etcd's JSON gateway dials its own gRPC port with the server's certificate.
+        self.server, self.server_key = self._issue("server", "127.0.0.1", "serverAuth,clientAuth")
+        # No CommonName: with auth on, etcd's JSON gateway refuses a client certificate that
+        # has one ("CommonName of client sending a request against gateway will be ignored").
+        self.client, self.client_key = self._issue("client", "", "clientAuth")
+
+    def _issue(self, name: str, cn: str, usage: str) -> tuple[Path, Path]:
+        key, csr = self.directory / f"{name}.key", self.directory / f"{name}.csr"
+        cert, extensions = self.directory / f"{name}.pem", self.directory / f"{name}.ext"
+        extensions.write_text(f"subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n")
+        self._openssl(
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
+            "-subj", f"/CN={cn}" if cn else "/O=tether test client",
+        )  # fmt: skip
+        self._openssl(
+            "x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", self.ca_key,
+            "-CAcreateserial", "-out", cert, "-days", "2", "-extfile", extensions,
+        )  # fmt: skip
+        return cert, key
+
+    def _openssl(self, *args: object) -> None:
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
+
+    def server_flags(self) -> list[str]:
+        return [
+            "--cert-file", str(self.server), "--key-file", str(self.server_key),
+            "--trusted-ca-file", str(self.ca), "--client-cert-auth",
+        ]  # fmt: skip
+
+    def client_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.client), str(self.client_key))
+        return context

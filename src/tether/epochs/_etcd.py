@@ -72,6 +72,11 @@ class EtcdEpochStore(FencedStore):
         keep_settled: seconds (at least) a settled prompt's outcome is kept, during which
             enqueuing its id again is a no-op; then etcd drops it, so the outbox holds only
             what is pending and etcd does not fill up with history.
+        cacert: verify the members' certificates with this CA file (``host:port`` endpoints
+            are then ``https``).
+        cert: ``(certificate, key)`` files for client-certificate authentication.
+        user: etcd's authentication: a token is asked for first, and again when it expires.
+        password: the user's password.
 
     ``keep_alive`` must run (in a nursery) for the lease to outlive ``lease_ttl``; ``Agentd``
     runs it. ``lease_held`` turns false once no keepalive has been confirmed for the lease's
@@ -93,12 +98,18 @@ class EtcdEpochStore(FencedStore):
         lease_ttl: int = 10,
         timeout: float = 5.0,
         keep_settled: int = 86_400,
+        cacert: str | None = None,
+        cert: tuple[str, str] | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         if lease_ttl < 2 or not host_id or "/" in host_id:
             raise ValueError("lease_ttl must be at least 2 and host_id non-empty without '/'")
         if keep_settled < 2:
             raise ValueError("keep_settled must be at least 2 seconds")
-        self.client = EtcdClient(endpoints, timeout)
+        self.client = EtcdClient(
+            endpoints, timeout, cacert=cacert, cert=cert, user=user, password=password
+        )
         self.keys = Keys(prefix)
         self.endpoints = self.client.endpoints
         self.prefix = self.keys.prefix

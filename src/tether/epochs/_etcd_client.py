@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,9 @@ RETRYABLE = frozenset({4, 14})
 """gRPC codes worth another endpoint: deadline exceeded, unavailable (no leader, a restart)."""
 NOT_FOUND = 5
 """gRPC code etcd answers for a put on a lease it does not have (``ErrLeaseNotFound``)."""
+UNAUTHENTICATED = 16
+"""gRPC code for a missing, wrong or expired auth token."""
+AUTHENTICATE = "/v3/auth/authenticate"
 CONCURRENCY = 32
 """Calls in flight per client: more wait for a turn (within their bound) rather than queue in
 httpx's pool, where the per-attempt timer would run while nothing is sent."""
@@ -104,13 +108,33 @@ def get(key: str) -> dict[str, Any]:
 class EtcdClient:
     """The members at ``endpoints``, every call bounded by ``timeout`` across all of them."""
 
-    def __init__(self, endpoints: Sequence[str], timeout: float) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        timeout: float,
+        *,
+        cacert: str | None = None,
+        cert: tuple[str, str] | None = None,
+        user: str | None = None,
+        password: str | None = None,
+    ) -> None:
         if not endpoints:
             raise ValueError("name at least one etcd endpoint")
-        self.endpoints = tuple(e if "://" in e else f"http://{e}" for e in endpoints)
+        if (user is None) != (password is None):
+            raise ValueError("an etcd user needs a password, and a password a user")
+        scheme = "https" if cacert is not None or cert is not None else "http"
+        self.endpoints = tuple(e if "://" in e else f"{scheme}://{e}" for e in endpoints)
         self.timeout = timeout
         self.good = 0
         """The endpoint that answered last, tried first."""
+        self._verify: ssl.SSLContext | bool = True
+        if cacert is not None or cert is not None:
+            self._verify = ssl.create_default_context(cafile=cacert)
+            if cert is not None:
+                self._verify.load_cert_chain(*cert)
+        self._user, self._password = user, password
+        self._token: str | None = None
+        self._authenticating = trio.Lock()
         self._http: httpx.AsyncClient | None = None
         self._limiter = trio.CapacityLimiter(CONCURRENCY)
 
@@ -120,7 +144,8 @@ class EtcdClient:
     def http(self) -> httpx.AsyncClient:
         if self._http is None:
             self._http = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout, connect=min(1.0, self.timeout))
+                timeout=httpx.Timeout(self.timeout, connect=min(1.0, self.timeout)),
+                verify=self._verify,
             )
         return self._http
 
@@ -128,15 +153,36 @@ class EtcdClient:
         self, endpoint: str, path: str, body: dict[str, Any], timeout: httpx.Timeout | None = None
     ) -> httpx.Request:
         data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self._token is not None and path != AUTHENTICATE:
+            headers["Authorization"] = self._token
         request = self.http().build_request(
             "POST",
             endpoint + path,
             content=data,
-            headers={"Content-Type": "application/json"},
+            headers=headers,
             timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
         )
         request.stream = _Body(data)
         return request
+
+    async def authenticated(self) -> None:
+        """Hold an auth token if this client has a user (etcd's ``/v3/auth/authenticate``);
+        one task asks, the others wait for its answer.
+
+        Raises:
+            EtcdRefused: wrong user or password.
+            StoreUnavailable: no endpoint answered.
+        """
+        if self._user is None or self._token is not None:
+            return
+        async with self._authenticating:
+            if self._token is None:
+                body = {"name": self._user, "password": self._password}
+                # Not through ``call``: its callers hold the limiter's slots while they wait here.
+                deadline = trio.current_time() + self.timeout
+                answer = await self._attempts(AUTHENTICATE, body, self.timeout, deadline)
+                self._token = str(answer.get("token") or "")
 
     async def call(
         self, path: str, body: dict[str, Any], *, bound: float | None = None
@@ -164,6 +210,15 @@ class EtcdClient:
                 self.where(), f"no free connection within {bound:g}s ({CONCURRENCY} calls busy)"
             )
         try:
+            if path != AUTHENTICATE:
+                await self.authenticated()
+            try:
+                return await self._attempts(path, body, bound, deadline)
+            except EtcdRefused as exc:
+                if exc.code != UNAUTHENTICATED or self._user is None or path == AUTHENTICATE:
+                    raise
+            self._token = None  # it expired (etcd's --auth-token-ttl): ask again, once
+            await self.authenticated()
             return await self._attempts(path, body, bound, deadline)
         finally:
             self._limiter.release()

@@ -3,6 +3,7 @@ keys, reopened on the next member from the last revision seen whenever it breaks
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from typing import Any
@@ -12,6 +13,7 @@ import trio
 
 from ..channels import Sender, SendError
 from ._etcd_client import EtcdClient, Keys, b64, prefix_end, unb64
+from ._store import StoreUnavailable
 
 logger = logging.getLogger("tether.epochs")
 
@@ -39,6 +41,10 @@ async def watch_released(
         started = broken = False
         while True:
             endpoint = client.endpoints[client.good]
+            # A token that expired meanwhile is asked again; if that fails, so does the watch
+            # below, and it is retried like any broken watch.
+            with contextlib.suppress(StoreUnavailable):
+                await client.authenticated()
             request = client.request(
                 endpoint,
                 "/v3/watch",
