@@ -13,21 +13,31 @@ from tether.agentd._events import EventLog
 
 
 async def test_events_are_json_lines_and_reach_every_subscriber(tmp_path: Path) -> None:
-    log = EventLog(tmp_path / "events.jsonl")
+    log = EventLog(tmp_path / "events.jsonl", host="h1")
     one, two = log.subscribe(), log.subscribe()
     log.emit(AgentEvent("s1", "spawned", 1, 42, at=1.5))
+    log.emit(AgentEvent("s1", "delivered", 1, 42, "p7 attempt 2", 1.5, prompt_id="p7", attempt=2))
     log.close()
-    (line,) = (tmp_path / "events.jsonl").read_text().splitlines()
-    assert json.loads(line) == {
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    first, second = (json.loads(line) for line in lines)
+    assert first == {
+        "time": "1970-01-01T00:00:01.500Z",  # ISO 8601, UTC
         "session": "s1",
         "kind": "spawned",
         "epoch": 1,
         "pid": 42,
         "detail": "",
         "at": 1.5,
+        "host": "h1",
+        "prompt_id": None,
+        "attempt": None,
+        "code": None,
+        "reason": None,
     }
+    assert (second["prompt_id"], second["attempt"]) == ("p7", 2)  # fields, not only in text
     for feed in (one, two):
         assert (await feed.recv()).kind == "spawned"
+        assert (await feed.recv()).kind == "delivered"
         with pytest.raises(ChannelClosed):
             await feed.recv()
 

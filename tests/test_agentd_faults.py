@@ -183,13 +183,15 @@ async def test_row_2_a_prompt_over_the_frame_limit_is_refused_and_never_stored(
         assert refused.value.limit == wire.MAX_FRAME
         assert f"the limit is {wire.MAX_FRAME} bytes" in str(refused.value)
         # through the socket: a control frame that fits, a prompt frame that does not
+        assert await ps(directory / "agentd.sock") == []  # no session was even started
+        await daemon.agentd.start_agent(session)  # known, so the control needs no `create`
         text = "y" * (wire.MAX_FRAME - 72)  # the control frame fits; the prompt's does not
         assert len(wire.encode(wire.Control("send", session, text))) <= wire.MAX_FRAME + 4
         with trio.fail_after(10), pytest.raises(Exception, match="limit is") as answered:
             await request(str(directory / "agentd.sock"), "send", session, text)
         assert type(answered.value).__name__ == "AgentdError"
+        assert answered.value.code == 65  # EX_DATAERR, for the command line
         assert await daemon.store.pending() == []
-        assert await ps(directory / "agentd.sock") == []  # no session was even started
 
 
 async def test_row_2_an_oversized_prompt_queued_before_is_settled_not_retried(

@@ -1,9 +1,11 @@
-"""``request``: what ``tether ps|start|send|stop|reset`` send to a running daemon, and
-``default_socket``: where they look for it."""
+"""``request`` and ``stream``: what ``tether ps|start|send|stop|reset|events|logs`` send to a
+running daemon, and ``default_socket``: where they look for it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import trio
@@ -21,7 +23,12 @@ def default_socket() -> str:
     return os.environ.get("TETHER_AGENTD") or f"/tmp/tether-{os.getuid()}/agentd.sock"
 
 
-async def request(socket_path: str, op: str, session: str = "", text: str = "") -> dict[str, Any]:
+EX_DATAERR, EX_UNAVAILABLE, EX_PROTOCOL, EX_TEMPFAIL = 65, 69, 76, 75
+
+
+async def request(
+    socket_path: str, op: str, session: str = "", text: str = "", *, create: bool = False
+) -> dict[str, Any]:
     """Send one ``Control`` and return the daemon's ``Reply``. Every operation of the daemon
     is bounded, so this is too (wrap it in ``trio.fail_after`` for a tighter bound).
 
@@ -29,26 +36,51 @@ async def request(socket_path: str, op: str, session: str = "", text: str = "") 
     ``BUSY_FOR`` seconds.
 
     Raises:
-        AgentdError: the daemon refused the request (its reason), is unreachable, or stayed
-            busy; or the request is too large to send.
+        AgentdError: the daemon refused the request (its reason and ``code``), is unreachable
+            (69), or stayed busy (75); or the request is too large to send (65).
     """
-    control = Control(op, session, text)
+    async with contextlib.aclosing(
+        stream(socket_path, Control(op, session, text, create=create))
+    ) as replies:
+        async for result in replies:
+            return result
+    raise AgentdError(session, "agentd closed the connection without an answer", EX_PROTOCOL)
+
+
+async def stream(socket_path: str, control: Control) -> AsyncGenerator[dict[str, Any], None]:
+    """Send ``control`` and yield each ``Reply`` the daemon sends, until it closes the
+    connection or says ``end`` (``events`` and ``logs`` stream; the others answer once).
+
+    Raises:
+        AgentdError: as ``request`` says.
+    """
+    session = control.session
     try:
         encode(control)
     except ProtocolError as exc:
-        raise AgentdError(session, f"the {op} request cannot be sent: {exc.reason}") from None
+        raise AgentdError(
+            session, f"the {control.op} request cannot be sent: {exc.reason}", EX_DATAERR
+        ) from None
     connection = await _connect(socket_path, session)
     async with connection:
         try:
             await connection.send(control)
-            answer = await connection.receive()
-        except (ChannelClosed, ProtocolError) as exc:
-            raise AgentdError(session, f"agentd closed the connection: {exc}") from None
-    if isinstance(answer, Error):
-        raise AgentdError(session, answer.reason)
-    if not isinstance(answer, Reply):
-        raise AgentdError(session, f"agentd answered with {type(answer).__name__}")
-    return answer.result
+            while True:
+                answer = await connection.receive()
+                if isinstance(answer, Error):
+                    raise AgentdError(session, answer.reason, answer.code or 1)
+                if not isinstance(answer, Reply):
+                    raise AgentdError(
+                        session, f"agentd answered with {type(answer).__name__}", EX_PROTOCOL
+                    )
+                if answer.result.get("end"):
+                    return
+                yield answer.result
+        except ChannelClosed:
+            return
+        except ProtocolError as exc:
+            reason = f"agentd closed the connection: {exc}"
+            raise AgentdError(session, reason, EX_PROTOCOL) from None
 
 
 async def _connect(socket_path: str, session: str) -> Connection:
@@ -61,7 +93,10 @@ async def _connect(socket_path: str, session: str) -> Connection:
                 await trio.sleep(delay)
                 delay = min(2 * delay, 0.5)
             except OSError as exc:
-                raise AgentdError(session, f"no agentd at {socket_path}: {exc}") from None
+                reason = f"no agentd at {socket_path}: {exc.strerror or exc}"
+                raise AgentdError(session, reason, EX_UNAVAILABLE) from None
     raise AgentdError(
-        session, f"agentd at {socket_path} is busy: its listen queue stayed full for {BUSY_FOR:g}s"
+        session,
+        f"agentd at {socket_path} is busy: its listen queue stayed full for {BUSY_FOR:g}s",
+        EX_TEMPFAIL,
     )

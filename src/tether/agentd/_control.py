@@ -5,13 +5,28 @@ or an ``Error`` naming why."""
 from __future__ import annotations
 
 import enum
+import os
 from typing import Any, Protocol
 
 import attrs
 
+from ..channels import Receiver
+from ..epochs import OwnedElsewhere, StoreUnavailable
+from ..process import SpawnError
 from ..wire import Connection, Control, Error, Message, Prompt, ProtocolError, Reply, encode
 from ._connections import send_within
-from ._outcomes import ANSWERED, Attached, Delivered, SessionStatus
+from ._events import AgentEvent, EventLog
+from ._feeds import stream_events, stream_log
+from ._outcomes import (
+    ANSWERED,
+    AgentdError,
+    Attached,
+    Delivered,
+    PromptTooLarge,
+    SessionFailed,
+    SessionStatus,
+)
+from ._registry import valid_name
 from ._state import SessionState
 
 
@@ -23,14 +38,52 @@ class ControlOp(enum.StrEnum):
     SEND = "send"
     STOP = "stop"
     RESET = "reset"
+    EVENTS = "events"
+    LOGS = "logs"
 
     @property
     def takes_session(self) -> bool:
-        return self is not ControlOp.PS
+        return self not in (ControlOp.PS, ControlOp.EVENTS)
 
     @property
     def takes_text(self) -> bool:
         return self is ControlOp.SEND
+
+    @property
+    def needs_session(self) -> bool:
+        """It acts on an existing session (unless the request says ``create``)."""
+        return self in (ControlOp.SEND, ControlOp.STOP, ControlOp.RESET, ControlOp.LOGS)
+
+    @property
+    def streams(self) -> bool:
+        """It answers with a stream of replies (``events``, ``logs``)."""
+        return self in (ControlOp.EVENTS, ControlOp.LOGS)
+
+
+class NoSuchSession(AgentdError):
+    """``send``, ``stop``, ``reset`` or ``logs`` named a session the daemon does not know."""
+
+
+# sysexits codes for the command line, by what went wrong (``Error.code``).
+EX_DATAERR, EX_UNAVAILABLE, EX_TEMPFAIL, EX_CONFIG = 65, 69, 75, 78
+_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (NoSuchSession, EX_UNAVAILABLE),
+    (SessionFailed, EX_UNAVAILABLE),
+    (PromptTooLarge, EX_DATAERR),
+    (ValueError, EX_DATAERR),
+    (SpawnError, EX_CONFIG),
+    (AgentdError, EX_TEMPFAIL),
+    (OwnedElsewhere, EX_TEMPFAIL),
+    (StoreUnavailable, EX_TEMPFAIL),
+)
+
+
+def code_of(exc: BaseException) -> int:
+    """The exit code a command-line client should use for ``exc``."""
+    for kind, code in _CODES:
+        if isinstance(exc, kind):
+            return code
+    return 1
 
 
 class Operations(Protocol):
@@ -46,6 +99,16 @@ class Operations(Protocol):
 
     async def reset(self, session_name: str) -> None: ...
 
+    def knows(self, session_name: str) -> bool: ...
+
+    def subscribe(self, capacity: int = 1024) -> Receiver[AgentEvent]: ...
+
+    @property
+    def events(self) -> EventLog: ...
+
+    @property
+    def state_dir(self) -> str: ...
+
 
 class ControlHandler:
     """Answers one control request on its connection."""
@@ -55,9 +118,11 @@ class ControlHandler:
 
     async def __call__(self, connection: Connection, request: Control) -> None:
         try:
+            if await self.stream(connection, request):
+                return
             result = await self.run(request)
         except ANSWERED as exc:
-            await send_within(connection, Error(str(exc)))
+            await send_within(connection, Error(str(exc), code_of(exc)))
             return
         try:
             reply: Message = Reply(result)
@@ -72,11 +137,10 @@ class ControlHandler:
         Raises:
             ProtocolError: an unknown op (the connection is refused).
         """
-        try:
-            op = ControlOp(request.op)
-        except ValueError:
-            raise ProtocolError(f"unknown control op {request.op!r}") from None
+        op = _op(request)
         ops = self.operations
+        if op.needs_session and not request.create and not ops.knows(request.session):
+            raise NoSuchSession(request.session, "no such session (start it, or use --create)")
         if op is ControlOp.PS:
             return {"sessions": [row.to_json() for row in ops.status()]}
         if op is ControlOp.START:
@@ -88,3 +152,32 @@ class ControlHandler:
             return {"session": request.session, "state": SessionState.STOPPED}
         await ops.reset(request.session)
         return {"session": request.session, "state": "reset"}
+
+    async def stream(self, connection: Connection, request: Control) -> bool:
+        """Answer ``events`` and ``logs`` (a stream of replies); whether it was one.
+
+        Raises:
+            NoSuchSession: ``logs`` of an unknown session.
+        """
+        op = _op(request)
+        if not op.streams:
+            return False
+        ops = self.operations
+        if op is ControlOp.EVENTS:
+            await stream_events(
+                connection, ops.events.path, ops.subscribe, session=request.session,
+                lines=request.lines, follow=request.follow,
+            )  # fmt: skip
+            return True
+        if not valid_name(request.session) or not ops.knows(request.session):
+            raise NoSuchSession(request.session, "no such session")
+        path = os.path.join(ops.state_dir, request.session, "harness.log")
+        await stream_log(connection, path, lines=request.lines, follow=request.follow)
+        return True
+
+
+def _op(request: Control) -> ControlOp:
+    try:
+        return ControlOp(request.op)
+    except ValueError:
+        raise ProtocolError(f"unknown control op {request.op!r}") from None

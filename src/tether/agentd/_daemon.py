@@ -34,6 +34,7 @@ from ._awake import AwakeClock
 from ._backoff import Backoff
 from ._connections import Connections
 from ._control import ControlHandler
+from ._counts import Counts
 from ._delivery import Outbox
 from ._events import AgentEvent, EventKind, EventLog
 from ._guard import Tasks
@@ -134,8 +135,8 @@ class Agentd(SettingsView):
         )
         self.settings = settings
         self.store = store
-        self.events = EventLog()
         self._lease = lease_of(store)
+        self.events = EventLog(host=self._lease.host or "")
         self._tasks = Tasks()
         self._clock = AwakeClock()
         self._sessions = Sessions(self.events)
@@ -336,6 +337,16 @@ class Agentd(SettingsView):
     def attached(self) -> dict[str, int]:
         """Session name to the pid of its attached harness, for every attached session."""
         return self._sessions.attached()
+
+    @property
+    def counts(self) -> Counts:
+        """Deliveries by outcome and their latencies since the daemon started (metrics)."""
+        return self._outbox.counts
+
+    def knows(self, session_name: str) -> bool:
+        """Whether a session of that name exists: recorded in the store (read at start) or
+        started since. ``tether send``, ``stop`` and ``reset`` refuse one that does not."""
+        return session_name in self._sessions
 
     async def _stop_all(self) -> None:
         async def stop(name: str) -> None:

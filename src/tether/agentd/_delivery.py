@@ -18,6 +18,7 @@ import trio
 
 from ..epochs import EpochStore, OwnedElsewhere, QueuedPrompt, StoreUnavailable
 from ..wire import FrameTooLarge, Prompt, ProtocolError, encode
+from ._counts import Counts
 from ._events import EventKind
 from ._lease import HostLease
 from ._model import Session
@@ -50,6 +51,7 @@ class Outbox:
     lease: HostLease
     sessions: Sessions
     starter: Starter
+    counts: Counts = attrs.field(factory=Counts)
 
     async def deliver(self, session_name: str, prompt: str | Prompt) -> Delivered:
         """See ``Agentd.deliver``."""
@@ -59,7 +61,10 @@ class Outbox:
         session = self.sessions.get(session_name)
         if not self.lease.confirmed():
             error = DeliveryFailed(session.name, prompt.id, [f"not accepted: {self.lease.lost()}"])
-            self.sessions.emit(session, EventKind.DELIVERY_FAILED, None, error.reason)
+            self.sessions.emit(
+                session, EventKind.DELIVERY_FAILED, None, error.reason, prompt_id=prompt.id,
+                reason=error.reason,
+            )  # fmt: skip
             raise error
         try:
             await self.store.enqueue(
@@ -68,23 +73,31 @@ class Outbox:
         except StoreUnavailable as exc:
             raise DeliveryFailed(session.name, prompt.id, [f"not queued: {exc}"]) from None
         failures: list[str] = []
+        queued = trio.current_time()
         for attempt in range(1, self.settings.delivery_attempts + 1):
             with contextlib.suppress(StoreUnavailable):
                 await self.store.attempted(session.name, prompt.id)
             outcome = await self._attempt(session, prompt)
             if isinstance(outcome, Attached):
                 detail = f"prompt {prompt.id} attempt {attempt}"
-                self.sessions.emit(session, EventKind.DELIVERED, session.harness, detail)
+                self.sessions.emit(
+                    session, EventKind.DELIVERED, session.harness, detail, prompt_id=prompt.id,
+                    attempt=attempt,
+                )  # fmt: skip
                 try:
                     await self.store.settle(session.name, prompt.id, "delivered")
                 except StoreUnavailable as exc:  # delivered all the same; redelivered later
                     logger.warning(
                         "session %s: prompt %s not settled: %s", session.name, prompt.id, exc
                     )
+                self.counts.delivery(trio.current_time() - queued)
                 return Delivered(session.name, prompt.id, outcome.pid, outcome.epoch, attempt)
             failures.append(f"attempt {attempt}: {outcome}")
             detail = f"prompt {prompt.id} attempt {attempt} failed: {outcome}"
-            self.sessions.emit(session, EventKind.DELIVERY_ATTEMPT, session.harness, detail)
+            self.sessions.emit(
+                session, EventKind.DELIVERY_ATTEMPT, session.harness, detail,
+                prompt_id=prompt.id, attempt=attempt, reason=str(outcome),
+            )  # fmt: skip
             if (
                 session.state is SessionState.FAILED
                 or not self.lease.confirmed()
@@ -92,7 +105,11 @@ class Outbox:
             ):
                 break
         error = DeliveryFailed(session.name, prompt.id, failures)
-        self.sessions.emit(session, EventKind.DELIVERY_FAILED, None, error.reason)
+        self.counts.failure()
+        self.sessions.emit(
+            session, EventKind.DELIVERY_FAILED, None, error.reason, prompt_id=prompt.id,
+            attempt=len(failures), reason=error.reason,
+        )  # fmt: skip
         with contextlib.suppress(StoreUnavailable):
             await self.store.settle(session.name, prompt.id, f"failed: {error.reason}")
         raise error

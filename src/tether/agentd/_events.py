@@ -6,10 +6,12 @@ Kinds are the ``EventKind`` enum (its values are what the log and subscribers se
 
 from __future__ import annotations
 
+import datetime
 import enum
 import json
 import logging
 import os
+import socket
 import time
 from typing import IO, Any
 
@@ -80,9 +82,36 @@ class AgentEvent:
     detail: str = ""
     at: float = attrs.field(factory=time.time)
     """Wall-clock time (seconds since the epoch), for people and other hosts."""
+    host: str = ""
+    """The daemon's host id (its hostname on a single-host store)."""
+    prompt_id: str | None = None
+    attempt: int | None = None
+    code: int | None = None
+    """A harness's exit code, when this is its exit and it was ours to reap."""
+    reason: str | None = None
+    """Why, as a field of its own (also in ``detail``)."""
+
+    @property
+    def time(self) -> str:
+        """``at`` as ISO 8601 in UTC, to the millisecond."""
+        stamp = datetime.datetime.fromtimestamp(self.at, datetime.UTC)
+        return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """Every field (``null`` where it has no value), and ``time``."""
+        return {"time": self.time, **attrs.asdict(self)}
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> AgentEvent:
+        """An event from a line of the event log (``time`` and names it does not know, from
+        a later version, are left out)."""
+        known = {field.name for field in attrs.fields(cls)}
+        return cls(**{key: value for key, value in record.items() if key in known})
+
+    def fields(self) -> dict[str, Any]:
+        """The event as ``extra=`` fields of a log record (names that ``logging`` leaves),
+        those with a value."""
+        return {f"event_{k}": v for k, v in self.to_json().items() if v is not None}
 
     def describe(self) -> str:
         parts = [f"session={self.session}", self.kind]
@@ -105,8 +134,10 @@ class EventLog:
     a line that cannot be written (a full disk) is lost, and that is logged once a minute.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, host: str = "") -> None:
         self.path = path
+        self.host = host or socket.gethostname()
+        """Stamped on every event."""
         self._file: IO[str] | None = None
         self._subscribers: list[Sender[AgentEvent]] = []
         self._throttle = Throttle()
@@ -121,7 +152,9 @@ class EventLog:
         self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
     def emit(self, event: AgentEvent) -> None:
-        logger.info("%s", event.describe())
+        if not event.host:
+            event = attrs.evolve(event, host=self.host)
+        logger.info("%s", event.describe(), extra=event.fields())
         if self._file is not None:
             line = json.dumps(event.to_json(), separators=(",", ":")) + "\n"
             try:
@@ -146,6 +179,11 @@ class EventLog:
         tx, rx = channel(AgentEvent, capacity, name="agentd events")
         self._subscribers.append(tx)
         return rx
+
+    def reopen(self) -> None:
+        """Open the file again by its path (after a log rotation moved it: SIGHUP)."""
+        if self.path is not None:
+            self.open(self.path)
 
     def close(self) -> None:
         """Close the file and end every subscription."""

@@ -89,7 +89,9 @@ class Harnesses:
         try:
             child = await self._start(directory, env)
         except SpawnError as exc:
-            self.sessions.emit(session, EventKind.SPAWN_FAILED, None, str(exc), epoch=epoch)
+            self.sessions.emit(
+                session, EventKind.SPAWN_FAILED, None, str(exc), epoch=epoch, reason=str(exc)
+            )
             raise
         harness = Harness(child.ref, epoch, child, since=self.clock.now())
         session.harness = harness
@@ -109,7 +111,7 @@ class Harnesses:
             reason = f"the harness exited with code {harness.code} before saying hello"
         else:
             reason = f"the harness did not say hello within {self.settings.start_timeout:.1f}s"
-        self.sessions.emit(session, EventKind.SPAWN_FAILED, harness, reason)
+        self.sessions.emit(session, EventKind.SPAWN_FAILED, harness, reason, reason=reason)
         await self.retire(session, harness, "no hello")
         raise StartFailed(session.name, reason)
 
@@ -156,7 +158,7 @@ class Harnesses:
                 await self.records.save(session, harness, SessionState.DEAD, keep_pid=False)
                 await self.sweep(session, harness.epoch)
         shown = "unknown (not our child)" if code is None else str(code)
-        self.sessions.emit(session, EventKind.EXITED, harness, f"code {shown}")
+        self.sessions.emit(session, EventKind.EXITED, harness, f"code {shown}", code=code)
 
     async def sweep(self, session: Session, epoch: int) -> None:
         """Stop what a dead harness left behind: processes still marked with its epoch, its
@@ -235,7 +237,7 @@ class Harnesses:
             return  # its own watcher reports the exit
         code = reap(stale.ref)
         shown = "unknown (not our child)" if code is None else str(code)
-        self.sessions.emit(session, EventKind.EXITED, stale, f"code {shown}")
+        self.sessions.emit(session, EventKind.EXITED, stale, f"code {shown}", code=code)
 
 
 def _is_self_or_ancestor(pid: int) -> bool:

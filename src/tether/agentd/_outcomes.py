@@ -64,12 +64,14 @@ class SessionStatus:
 
 
 class AgentdError(Exception):
-    """Base of agentd's errors; each names the session and why."""
+    """Base of agentd's errors; each names the session and why. ``code`` is the sysexits code
+    a command-line client exits with (1 if none is more precise)."""
 
-    def __init__(self, session: str, reason: str) -> None:
+    def __init__(self, session: str, reason: str, code: int = 1) -> None:
         super().__init__(f"session {session!r}: {reason}")
         self.session = session
         self.reason = reason
+        self.code = code
 
 
 class StartFailed(AgentdError):

@@ -35,6 +35,10 @@ class Sessions:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def __contains__(self, name: object) -> bool:
+        """Whether a session of that name is known (recorded, or started since)."""
+        return name in self._sessions
+
     def __iter__(self) -> Iterator[Session]:
         """Every session, in name order (a snapshot: safe to change them meanwhile)."""
         return iter([self._sessions[name] for name in sorted(self._sessions)])
@@ -63,14 +67,23 @@ class Sessions:
         detail: str = "",
         *,
         epoch: int | None = None,
+        prompt_id: str | None = None,
+        attempt: int | None = None,
+        code: int | None = None,
+        reason: str | None = None,
     ) -> None:
-        """Report one change of ``session`` (with ``harness``'s epoch and pid, if given)."""
+        """Report one change of ``session`` (with ``harness``'s epoch and pid, if given, and
+        the fields a reader should not have to parse out of ``detail``)."""
         event = AgentEvent(
             session.name,
             kind,
             epoch if epoch is not None else (harness.epoch if harness else None),
             harness.ref.pid if harness else None,
             detail,
+            prompt_id=prompt_id,
+            attempt=attempt,
+            code=code,
+            reason=reason,
         )
         session.last_event = kind if not detail else f"{kind}: {detail}"
         self.events.emit(event)

@@ -66,7 +66,10 @@ class Stalls:
         if continued:
             logger.info("session %s: still %s", session.name, session.stall_detail)
         else:
-            self.sessions.emit(session, EventKind.STALLED, harness, session.stall_detail)
+            self.sessions.emit(
+                session, EventKind.STALLED, harness, session.stall_detail,
+                reason=session.stall_detail,
+            )  # fmt: skip
             await self._save(session, harness)
         if self.settings.on_stall is StallPolicy.RESPAWN and not harness.retired:
             self.tasks.start(self._respawn, session, harness, stall, name=f"unstall {session.name}")

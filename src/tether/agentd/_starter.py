@@ -130,7 +130,7 @@ class Starter:
             session.become(SessionState.FAILED)
             session.reason = reason
             session.next_attempt = None
-            self.sessions.emit(session, EventKind.FAILED, session.harness, reason)
+            self.sessions.emit(session, EventKind.FAILED, session.harness, reason, reason=reason)
             self.tasks.start(self._save_failed, session, name="save failed")
             raise SessionFailed(session.name, reason)
         previous = session.harness

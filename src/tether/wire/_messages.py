@@ -94,21 +94,31 @@ class Error:
     """Either side: your last frame was refused, and why; the connection closes."""
 
     reason: str
+    code: int = 0
+    """A sysexits code for a command-line client to exit with (0: unspecified)."""
 
 
 @attrs.frozen
 class Control:
     """A command-line client to the daemon, first and only request on its connection:
-    ``op`` is ``ps``, ``start``, ``send``, ``stop`` or ``reset``."""
+    ``op`` is ``ps``, ``start``, ``send``, ``stop``, ``reset``, ``events`` or ``logs``."""
 
     op: str
     session: str = ""
     text: str = ""
+    create: bool = False
+    """``send``, ``stop``, ``reset``: act on a session that does not exist yet."""
+    follow: bool = False
+    """``events``, ``logs``: keep streaming what comes after."""
+    lines: int = 0
+    """``events``, ``logs``: how many past lines first (0: the command's default)."""
 
 
 @attrs.frozen
 class Reply:
-    """Daemon to a command-line client: the result of its ``Control`` (refusals are ``Error``)."""
+    """Daemon to a command-line client: the result of its ``Control`` (refusals are ``Error``);
+    ``events`` and ``logs`` answer with one ``Reply`` per item, and ``{"end": true}`` last
+    unless they follow."""
 
     result: dict[str, Any] = attrs.field(factory=dict)
 
@@ -139,7 +149,9 @@ def tag_of(cls: type[Any]) -> str:
 def _json_type(annotation: object) -> type:
     # Annotations are strings here (``from __future__ import annotations``).
     text = str(annotation)
-    return dict if text.startswith("dict") else {"str": str, "int": int, "float": float}[text]
+    if text.startswith("dict"):
+        return dict
+    return {"str": str, "int": int, "float": float, "bool": bool}[text]
 
 
 TAGS: dict[str, type[Any]] = {tag_of(cls): cls for cls in MESSAGE_TYPES}
