@@ -103,12 +103,12 @@ async def test_a_command_that_cannot_be_executed_is_126(tmp_path: Path) -> None:
     ids=repr,
 )
 async def test_a_bad_command_line_is_refused_with_usage_and_runs_nothing(args: list[str]) -> None:
-    """dumb-init's cli_test: a bad option or a rewrite that names no signal is an error (2,
-    argparse's status, with the usage), and nothing is started."""
+    """dumb-init's cli_test: a bad option or a rewrite that names no signal is an error (64,
+    EX_USAGE, with the usage), and nothing is started."""
     done = await trio.run_process(
         [sys.executable, "-m", "tether", "run", *args], check=False, capture_stderr=True
     )
-    assert done.returncode == 2
+    assert done.returncode == 64
     assert b"usage: tether run" in done.stderr
 
 

@@ -1,10 +1,10 @@
-"""``tether agentd`` (the daemon in the foreground) and the commands that talk to it:
-``tether ps``, ``start``, ``send``, ``stop``, ``reset``."""
+"""``tether agentd``: the daemon in the foreground. Its errors become one line and a sysexits
+code (``_errors``): the store in use 75, unreachable 69, a host id taken 78, a socket
+directory others can reach 77, a setting it refuses 78."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import resource
@@ -12,189 +12,193 @@ import signal
 import socket
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any
 
 import trio
 
 from .. import signals
-from ..agentd import Agentd, AgentdError, StallPolicy
-from ..agentd._client import default_socket, request
-from ..agentd._control import ControlOp
-from ..epochs import EpochStore, HostIdInUse, SqliteEpochStore, StoreInUse, StoreUnavailable
+from ..agentd import Agentd, StallPolicy
+from ..agentd._client import default_socket
+from ..epochs import EpochStore, SqliteEpochStore
+from ._errors import (
+    EX_NOINPUT,
+    EX_UNAVAILABLE,
+    EX_USAGE,
+    CliError,
+    Formatter,
+    not_negative,
+    positive,
+)
+from ._logs import LEVELS, configure, reopen
+from ._metrics import metrics_server
 
 logger = logging.getLogger("tether.cli")
 
 
-COMMANDS = ("agentd", *ControlOp)
-"""The commands this module registers and runs."""
-
-
-def add_commands(commands: Any) -> None:
-    """Register ``agentd``, ``ps``, ``start``, ``send``, ``stop`` and ``reset``."""
-    daemon = commands.add_parser("agentd", help="run the session daemon in the foreground")
+def add_command(commands: Any) -> None:
+    """Register ``tether agentd``."""
+    daemon = commands.add_parser(
+        "agentd",
+        help="run the session daemon in the foreground",
+        description="Run the session daemon in the foreground: one harness per session,"
+        " reattached while healthy, replaced when a phantom, dead or stalled.",
+        epilog="examples:\n"
+        "  tether agentd -- python engine.py\n"
+        "  tether agentd --store etcd://10.0.0.5:2379 --etcd-cacert ca.pem -- python engine.py",
+        formatter_class=Formatter,
+    )
     daemon.add_argument("--socket", default=default_socket(), help="its Unix socket")
     daemon.add_argument(
         "--store",
         default=None,
         help="sqlite:PATH, PATH, or etcd://HOST:PORT,HOST:PORT[/PREFIX]"
-        " (default: epochs.sqlite3 by the socket)",
+        " (default: epochs.sqlite3 beside the socket)",
     )
     daemon.add_argument(
         "--host-id",
         default=None,
-        help="this host's id on an etcd store, one daemon per id (default: hostname)",
+        help="this host's id on an etcd store, one daemon per id (default: the hostname)",
     )
     daemon.add_argument(
-        "--lease-ttl", type=int, default=10, help="seconds the host lease outlives a keepalive"
-    )
+        "--lease-ttl", type=positive(int), default=10,
+        help="seconds the host lease outlives a keepalive (etcd store)",
+    )  # fmt: skip
     daemon.add_argument(
-        "--adopt",
-        action="store_true",
+        "--adopt", action="store_true",
         help="take over sessions of hosts whose lease ended (etcd store)",
-    )
-    daemon.add_argument("--state-dir", default=None, help="sessions' directories and the log")
-    daemon.add_argument("--heartbeat", type=float, default=1.0)
-    daemon.add_argument("--miss-limit", type=int, default=3)
-    daemon.add_argument("--grace", type=float, default=2.0)
-    daemon.add_argument("--restart-limit", type=int, default=5)
-    daemon.add_argument("--restart-window", type=float, default=60.0)
+    )  # fmt: skip
+    add_etcd_options(daemon)
     daemon.add_argument(
-        "--start-timeout",
-        type=float,
-        default=10.0,
+        "--state-dir", default=None, help="sessions' directories and the event log"
+        " (default: the socket's directory)",
+    )  # fmt: skip
+    daemon.add_argument(
+        "--heartbeat", type=positive(float), default=1.0, help="seconds between pings"
+    )
+    daemon.add_argument(
+        "--miss-limit", type=positive(int), default=3,
+        help="heartbeats without a pong that make a harness a phantom",
+    )  # fmt: skip
+    daemon.add_argument(
+        "--grace", type=not_negative, default=2.0,
+        help="seconds between SIGINT, SIGTERM and SIGKILL when stopping a harness",
+    )  # fmt: skip
+    daemon.add_argument(
+        "--restart-limit", type=positive(int), default=5,
+        help="restarts within --restart-window that fail a session",
+    )  # fmt: skip
+    daemon.add_argument(
+        "--restart-window", type=positive(float), default=60.0, help="seconds"
+    )
+    daemon.add_argument(
+        "--start-timeout", type=positive(float), default=10.0,
         help="seconds a new harness has to say hello, counted from its turn to start",
-    )
+    )  # fmt: skip
     daemon.add_argument(
-        "--spawn-limit",
-        type=int,
-        default=None,
+        "--spawn-limit", type=positive(int), default=None,
         help="harnesses started at once (default: twice the CPUs)",
-    )
+    )  # fmt: skip
     daemon.add_argument(
-        "--stall-after",
-        type=float,
-        default=300.0,
-        metavar="SECONDS",
+        "--stall-after", type=positive(float), default=300.0, metavar="SECONDS",
         help="a turn or tool without progress this long is stalled, where the harness has no"
-        " measured threshold (default 300)",
-    )
+        " measured threshold",
+    )  # fmt: skip
     daemon.add_argument(
-        "--on-stall",
-        choices=[policy.value for policy in StallPolicy],
+        "--on-stall", choices=[policy.value for policy in StallPolicy],
         default=StallPolicy.ANNOUNCE.value,
-        help="announce a stall, or respawn the session in a fresh epoch (default announce)",
-    )
+        help="announce a stall, or respawn the session in a fresh epoch",
+    )  # fmt: skip
     daemon.add_argument(
         "--stop-harnesses", action="store_true", help="stop every harness when the daemon stops"
     )
-    daemon.add_argument("harness", nargs="*", help="after --: how to start a harness")
-    ps = commands.add_parser(ControlOp.PS, help="list the daemon's sessions")
-    ps.add_argument("--socket", default=default_socket())
-    ps.add_argument("--json", action="store_true")
-    for op in ControlOp:
-        if not op.takes_session:
-            continue
-        sub = commands.add_parser(op, help=f"{op} a session through the running daemon")
-        sub.add_argument("--socket", default=default_socket())
-        sub.add_argument("session")
-        if op.takes_text:
-            sub.add_argument("text")
-
-
-def run(args: argparse.Namespace, out: TextIO) -> int:
-    """Run one of the commands ``add_commands`` registered; the exit status."""
-    if args.command == "agentd":
-        args.socket = os.path.abspath(args.socket)
-        return trio.run(_daemon, args)
-    try:
-        result = trio.run(
-            request,
-            args.socket,
-            args.command,
-            getattr(args, "session", ""),
-            getattr(args, "text", ""),
-        )
-    except AgentdError as exc:
-        print(f"tether {args.command}: {exc.reason}", file=sys.stderr)
-        return 1
-    if args.command == ControlOp.PS and not args.json:
-        out.write(table(result["sessions"]))
-    else:
-        out.write(json.dumps(result, indent=None if args.command != ControlOp.PS else 2) + "\n")
-    return 0
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    """The ``tether ps`` table."""
-    header = (
-        "SESSION", "STATE", "EPOCH", "PID", "HEARTBEAT", "ACTIVITY", "SILENCE", "RESTARTS",
-        "LAST EVENT",
+    daemon.add_argument("--log-level", choices=LEVELS, default="info", help="least severe shown")
+    daemon.add_argument(
+        "--log-format", choices=("text", "json"), default="text",
+        help="json: one object per line with every field",
     )  # fmt: skip
-    lines = [header]
-    for row in rows:
-        age = row["heartbeat_age"]
-        restarts = str(row["restarts"])
-        if row.get("next_attempt") is not None:
-            restarts += f" (next in {row['next_attempt']:.1f}s)"
-        lines.append(
-            (
-                row["session"],
-                row["state"],
-                "-" if row["epoch"] is None else str(row["epoch"]),
-                "-" if row["pid"] is None else str(row["pid"]),
-                "-" if age is None else f"{age:.1f}s ago",
-                row.get("activity") or "-",
-                _silence(row),
-                restarts,
-                row["last_event"],
-            )
-        )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
-    return "".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=False))
-        + "  "
-        + line[-1]
-        + "\n"
-        for line in lines
+    daemon.add_argument(
+        "--log-file", default=None, help="log here, not to stderr (SIGHUP reopens it)"
+    )
+    daemon.add_argument(
+        "--metrics", default=None, metavar="HOST:PORT",
+        help="serve Prometheus metrics here (needs tether[metrics])",
+    )  # fmt: skip
+    daemon.add_argument("harness", nargs="*", help="after --: how to start a harness")
+
+
+def add_etcd_options(parser: argparse.ArgumentParser) -> None:
+    """TLS and authentication for an etcd store; a password never comes from argv."""
+    parser.add_argument(
+        "--etcd-cacert", default=None, help="verify etcd's certificate with this CA (PEM)"
+    )
+    parser.add_argument("--etcd-cert", default=None, help="client certificate for etcd (PEM)")
+    parser.add_argument("--etcd-key", default=None, help="its private key (PEM)")
+    parser.add_argument(
+        "--etcd-user", default=None,
+        help="etcd user; the password comes from --etcd-password-file or $TETHER_ETCD_PASSWORD",
+    )  # fmt: skip
+    parser.add_argument(
+        "--etcd-password-file", default=None, help="a file holding the etcd user's password"
     )
 
 
-def _silence(row: dict[str, Any]) -> str:
-    silence, threshold = row.get("silence"), row.get("threshold")
-    if silence is None:
-        return "-"
-    limit = f"/{threshold:g}s {row.get('threshold_source', '')}".rstrip() if threshold else ""
-    return f"{silence:.0f}s{limit}"
-
-
-def open_store(spec: str, *, host_id: str | None = None, lease_ttl: int = 10) -> EpochStore:
+def open_store(args: argparse.Namespace, default: str) -> EpochStore:
     """The store named on the command line: ``sqlite:PATH``, a plain path, or
-    ``etcd://HOST:PORT,HOST:PORT[/PREFIX]`` (needs the ``tether[etcd]`` extra)."""
-    if spec.startswith("etcd://"):
-        try:
-            from ..epochs import EtcdEpochStore
-        except ImportError as exc:
-            raise SystemExit(
-                f"tether agentd: the etcd store needs: pip install 'tether[etcd]' ({exc})"
-            ) from None
+    ``etcd://HOST:PORT,HOST:PORT[/PREFIX]`` (needs the ``tether[etcd]`` extra).
 
-        hosts, slash, prefix = spec.removeprefix("etcd://").partition("/")
-        return EtcdEpochStore(
-            [h for h in hosts.split(",") if h],
-            prefix="/" + prefix if slash and prefix else "/tether",
-            host_id=host_id or socket.gethostname(),
-            lease_ttl=lease_ttl,
+    Raises:
+        CliError: the etcd extra is missing (69), or a TLS or password file is unreadable (66).
+    """
+    spec = args.store or default
+    if not spec.startswith("etcd://"):
+        return SqliteEpochStore(spec.removeprefix("sqlite:"))
+    try:
+        from ..epochs import EtcdEpochStore
+    except ImportError as exc:
+        raise CliError(
+            EX_UNAVAILABLE, f"the etcd store needs: pip install 'tether[etcd]' ({exc})"
+        ) from None
+    hosts, slash, prefix = spec.removeprefix("etcd://").partition("/")
+    for path in (args.etcd_cacert, args.etcd_cert, args.etcd_key):
+        if path is not None and not os.access(path, os.R_OK):
+            raise CliError(EX_NOINPUT, f"cannot read {path}")
+    if (args.etcd_cert is None) != (args.etcd_key is None):
+        raise CliError(EX_USAGE, "--etcd-cert and --etcd-key go together")
+    return EtcdEpochStore(
+        [h for h in hosts.split(",") if h],
+        prefix="/" + prefix if slash and prefix else "/tether",
+        host_id=args.host_id or socket.gethostname(),
+        lease_ttl=args.lease_ttl,
+        cacert=args.etcd_cacert,
+        cert=(args.etcd_cert, args.etcd_key) if args.etcd_cert else None,
+        user=args.etcd_user,
+        password=_password(args) if args.etcd_user else None,
+    )
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.etcd_password_file is not None:
+        try:
+            with open(args.etcd_password_file, encoding="utf-8") as secret:
+                return secret.read().rstrip("\n")
+        except OSError as exc:
+            raise CliError(EX_NOINPUT, f"cannot read the etcd password: {exc}") from None
+    password = os.environ.get("TETHER_ETCD_PASSWORD")
+    if password is None:
+        raise CliError(
+            EX_USAGE, "--etcd-user needs --etcd-password-file or $TETHER_ETCD_PASSWORD"
         )
-    path = spec.removeprefix("sqlite:")
-    return SqliteEpochStore(path)
+    return password
+
+
+def run(args: argparse.Namespace) -> int:
+    """``tether agentd``; the exit status (errors are raised for ``_errors.report``)."""
+    args.socket = os.path.abspath(args.socket)
+    configure(args.log_level, args.log_format, args.log_file)
+    return trio.run(_daemon, args)
 
 
 async def _daemon(args: argparse.Namespace) -> int:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
-        )
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
     _raise_fd_limit()
     socket_path = args.socket
     directory = os.path.dirname(socket_path)
@@ -202,11 +206,7 @@ async def _daemon(args: argparse.Namespace) -> int:
     harness = args.harness or [sys.executable, "-m", "tether.harness.example"]
     # Signals first: the store's worker thread must start with them blocked.
     async with signals.receive(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as events:
-        store = open_store(
-            args.store or os.path.join(directory, "epochs.sqlite3"),
-            host_id=args.host_id,
-            lease_ttl=args.lease_ttl,
-        )
+        store = open_store(args, os.path.join(directory, "epochs.sqlite3"))
         try:
             agentd = Agentd(
                 store,
@@ -224,41 +224,28 @@ async def _daemon(args: argparse.Namespace) -> int:
                 stall_after=args.stall_after,
                 on_stall=args.on_stall,
             )
-            unavailable: BaseException | None = None
-            displaced: BaseException | None = None
-            in_use: BaseException | None = None
-            try:
-                async with agentd.running(stop_harnesses=args.stop_harnesses):
-                    logger.info(
-                        "agentd pid %d serving %s; harness: %s",
-                        os.getpid(),
-                        socket_path,
-                        " ".join(harness),
-                    )
+            serve = metrics_server(agentd, args.metrics) if args.metrics else None
+            running = agentd.running(stop_harnesses=args.stop_harnesses)
+            async with running, trio.open_nursery() as extras:
+                if serve is not None:
+                    extras.start_soon(serve, name="agentd metrics")
+                logger.info(
+                    "agentd pid %d serving %s; harness: %s",
+                    os.getpid(),
+                    socket_path,
+                    " ".join(harness),
+                )
+                while True:
                     event = await events.recv()
-                    started = time.monotonic()
-                    logger.info(
-                        "stopping (%s)%s",
-                        event.describe(),
-                        "; stopping every harness"
-                        if args.stop_harnesses
-                        else "; harnesses keep running",
-                    )
-            except* HostIdInUse as group:
-                displaced = group.exceptions[0]
-            except* StoreInUse as group:
-                in_use = group.exceptions[0]
-            except* StoreUnavailable as group:
-                unavailable = group.exceptions[0]
-            if displaced is not None:
-                logger.error("agentd stands down: %s", displaced)
-                return 78
-            if in_use is not None:
-                logger.error("agentd cannot start: %s", in_use)
-                return 75
-            if unavailable is not None:
-                logger.error("agentd cannot reach its store: %s", unavailable)
-                return 69
+                    if event.signo != signal.SIGHUP:
+                        break
+                    logger.info("%s: reopening the log files", event.describe())
+                    reopen()
+                    agentd.events.reopen()
+                started = time.monotonic()
+                extras.cancel_scope.cancel()
+                keep = "stopping every harness" if args.stop_harnesses else "harnesses keep running"
+                logger.info("stopping (%s); %s", event.describe(), keep)
         finally:
             with trio.CancelScope(shield=True):
                 await store.aclose()

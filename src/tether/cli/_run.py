@@ -185,8 +185,14 @@ class Options:
             _usage("--grace must not be negative")
 
 
+EX_USAGE = 64
+
+
 def _usage(message: str) -> None:
-    parser().error(message)
+    """A bad command line: usage and one line on stderr, exit 64 (EX_USAGE)."""
+    parser().print_usage(sys.stderr)
+    print(f"tether run: error: {message}", file=sys.stderr)
+    raise SystemExit(EX_USAGE)
 
 
 def main(argv: Sequence[str]) -> int:

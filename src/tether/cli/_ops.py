@@ -1,0 +1,172 @@
+"""The commands that talk to a running daemon over its socket: ``ps``, ``start``, ``send``,
+``stop``, ``reset``, and the operator's ``events`` and ``logs``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+import trio
+
+from ..agentd._client import default_socket, request, stream
+from ..agentd._control import ControlOp
+from ..agentd._state import SessionState
+from ..wire import Control
+from ._errors import EX_TEMPFAIL, CliError, Formatter, positive
+from ._ps import table
+
+OPS = tuple(op.value for op in ControlOp)
+"""The commands this module registers and runs."""
+
+
+def add_commands(commands: Any) -> None:
+    """Register every command that talks to a running daemon."""
+
+    def command(name: str, summary: str, example: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = commands.add_parser(
+            str(name), help=summary, description=summary, epilog=f"example:\n  {example}",
+            formatter_class=Formatter,
+        )  # fmt: skip
+        sub.add_argument(
+            "--socket", default=default_socket(), help="the daemon's socket ($TETHER_AGENTD)"
+        )
+        return sub
+
+    ps = command(ControlOp.PS, "list the daemon's sessions", "tether ps --state stalled")
+    ps.add_argument("--json", action="store_true", help="one JSON document, every field")
+    ps.add_argument("--no-headers", action="store_true", help="rows only (for scripts)")
+    ps.add_argument(
+        "--state",
+        action="append",
+        choices=[state.value for state in SessionState],
+        help="only sessions in this state (repeatable)",
+    )
+    ps.add_argument(
+        "--watch",
+        nargs="?",
+        type=positive(float),
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="show it again every SECONDS (2 if not given) until interrupted",
+    )
+    start = command(
+        ControlOp.START, "start a session's harness, or reattach to it", "tether start s1"
+    )
+    start.add_argument("session", help="the session's name")
+    send = command(
+        ControlOp.SEND, "deliver a prompt to a session's harness",
+        "echo 'fix the tests' | tether send s1 -",
+    )  # fmt: skip
+    send.add_argument("session", help="the session's name")
+    send.add_argument("text", help="the prompt, or - to read it from stdin (out of ps's sight)")
+    send.add_argument(
+        "--timeout", type=positive(float), default=None, metavar="SECONDS",
+        help="give up waiting for the answer after SECONDS (exit 75)",
+    )  # fmt: skip
+    for name, summary in (
+        (ControlOp.STOP, "stop a session's harness tree; it stays down until started"),
+        (ControlOp.RESET, "clear a failed session's failure and its restart count"),
+    ):
+        sub = command(name, summary, f"tether {name} s1")
+        sub.add_argument("session", help="the session's name")
+    for sub in (send, commands.choices["stop"], commands.choices["reset"]):
+        sub.add_argument(
+            "--create", action="store_true", help="act even if the daemon knows no such session"
+        )
+    events = command(
+        ControlOp.EVENTS, "show the daemon's events (what subscribe() sees)",
+        "tether events --follow --session s1",
+    )  # fmt: skip
+    events.add_argument("--follow", "-f", action="store_true", help="keep showing new events")
+    events.add_argument("--session", default="", help="only this session's events")
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+    events.add_argument(
+        "--lines", "-n", type=positive(int), default=20, help="how many past events first"
+    )
+    logs = command(ControlOp.LOGS, "show a session's harness log", "tether logs s1 -f")
+    logs.add_argument("session", help="the session's name")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep showing what is added")
+    logs.add_argument(
+        "--lines", "-n", type=positive(int), default=50, help="how many past lines first"
+    )
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Run one of the commands ``add_commands`` registered; the exit status."""
+    op = ControlOp(args.command)
+    if op is ControlOp.PS and args.watch is not None:
+        try:
+            return trio.run(_watch, args, out)
+        except KeyboardInterrupt:
+            return 0
+    if op.streams:
+        try:
+            return trio.run(_stream, args, out)
+        except KeyboardInterrupt:
+            return 0
+    text = getattr(args, "text", "")
+    if text == "-":
+        text = sys.stdin.read()
+    result = trio.run(_request, args, text)
+    if op is ControlOp.PS:
+        out.write(_ps(result, args))
+    else:
+        out.write(json.dumps(result) + "\n")
+    return 0
+
+
+async def _request(args: argparse.Namespace, text: str) -> dict[str, Any]:
+    timeout = getattr(args, "timeout", None)
+    with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
+        return await request(
+            args.socket, args.command, getattr(args, "session", ""), text,
+            create=getattr(args, "create", False),
+        )  # fmt: skip
+    assert scope.cancelled_caught
+    raise CliError(EX_TEMPFAIL, f"no answer from agentd within {timeout:g}s")
+
+
+def _ps(result: dict[str, Any], args: argparse.Namespace) -> str:
+    rows = result["sessions"]
+    if args.state:
+        rows = [row for row in rows if row["state"] in args.state]
+    if args.json:
+        return json.dumps({"sessions": rows}, indent=2) + "\n"
+    return table(rows, headers=not args.no_headers)
+
+
+async def _watch(args: argparse.Namespace, out: TextIO) -> int:
+    clear = "\x1b[H\x1b[2J" if out.isatty() else ""
+    while True:
+        shown = _ps(await _request(args, ""), args)
+        out.write(clear + shown + ("" if clear else "\n"))
+        out.flush()
+        await trio.sleep(args.watch)
+
+
+async def _stream(args: argparse.Namespace, out: TextIO) -> int:
+    op = ControlOp(args.command)
+    control = Control(op, args.session, follow=args.follow, lines=args.lines)
+    async for item in stream(args.socket, control):
+        if op is ControlOp.LOGS:
+            out.write(item.get("text", ""))
+        elif args.json:
+            out.write(json.dumps(item["event"]) + "\n")
+        else:
+            out.write(_event_line(item["event"]) + "\n")
+        out.flush()
+    return 0
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    parts = [event.get("time", "-"), event["session"], event["kind"]]
+    for key in ("epoch", "pid", "prompt_id", "attempt", "code"):
+        if event.get(key) is not None:
+            parts.append(f"{key}={event[key]}")
+    if event.get("detail"):
+        parts.append(event["detail"])
+    return " ".join(str(part) for part in parts)
+

@@ -1,0 +1,185 @@
+"""What an operator of a running ``tether agentd`` has (issue 20): ``events`` and ``logs`` over
+the socket (following too), a ``ps`` awk can read, JSON logs with the events' fields, SIGHUP
+reopening the log file, and Prometheus metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from helpers import kill_marked, marked, reap_zombie_children, wait_until
+from test_cli_agentd import daemon, stop
+
+TETHER = [sys.executable, "-m", "tether"]
+
+
+@asynccontextmanager
+async def operated(directory: Path, *extra: str) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """A ``tether agentd`` that stops its harnesses when SIGTERMed at the end; what they
+    leave is reaped (this test process is their nearest subreaper)."""
+    directory.chmod(0o700)
+    try:
+        async with daemon(directory, "--stop-harnesses", *extra) as process:
+            yield process
+            assert await stop(process) == 0
+    finally:
+        for session in ("s1", "s2"):
+            kill_marked(session)
+        await wait_until(lambda: not marked("s1") and not marked("s2") and reap_zombie_children())
+
+
+def run(directory: Path, *args: str) -> str:
+    done = subprocess.run(
+        [*TETHER, *args[:1], "--socket", str(directory / "agentd.sock"), *args[1:]],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+async def test_events_and_logs_show_what_happened_and_follow(tmp_path: Path) -> None:
+    async with operated(tmp_path):
+        run(tmp_path, "start", "s1")
+        lines = [json.loads(line) for line in run(tmp_path, "events", "--json").splitlines()]
+        assert [e["kind"] for e in lines][:2] == ["spawned", "attached"]
+        assert lines[0]["time"].endswith("Z")
+        assert lines[0]["host"]
+        text = run(tmp_path, "events", "--session", "s1", "-n", "1")
+        assert text.count("\n") == 1
+        assert " s1 attached " in text
+        follower = subprocess.Popen(
+            [*TETHER, "events", "--follow", "--json", "--socket", str(tmp_path / "agentd.sock")],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert follower.stdout is not None
+            for _ in range(2):  # the past first
+                follower.stdout.readline()
+            run(tmp_path, "send", "s1", "hello")
+            seen = [json.loads(follower.stdout.readline())["kind"] for _ in range(1)]
+            assert seen == ["delivered"]
+        finally:
+            follower.terminate()
+            follower.communicate(timeout=10)
+        assert "engine started" in run(tmp_path, "logs", "s1")
+        tail = subprocess.Popen(
+            [*TETHER, "logs", "s1", "-f", "-n", "1", "--socket", str(tmp_path / "agentd.sock")],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert tail.stdout is not None
+            tail.stdout.readline()
+            # The example agent prints a line every 0.1 s: it keeps coming.
+            assert "agent: thinking" in tail.stdout.readline()
+        finally:
+            tail.terminate()
+            tail.communicate(timeout=10)
+
+
+async def test_ps_columns_hold_for_awk_and_filter_by_state(tmp_path: Path) -> None:
+    async with operated(tmp_path):
+        run(tmp_path, "start", "s1")
+        run(tmp_path, "start", "s2")
+        run(tmp_path, "stop", "s2")
+        rows = [line.split() for line in run(tmp_path, "ps", "--no-headers").splitlines()]
+        assert [row[:2] for row in rows] == [["s1", "attached"], ["s2", "stopped"]]
+        header = run(tmp_path, "ps").splitlines()[0].split()
+        assert all(len(row) >= len(header) for row in rows)  # no empty cell, no split one
+        assert run(tmp_path, "ps", "--state", "stopped", "--no-headers").split()[0] == "s2"
+        watch = subprocess.Popen(
+            [*TETHER, "ps", "--watch", "0.2", "--no-headers", "--socket",
+             str(tmp_path / "agentd.sock")],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert watch.stdout is not None
+            shown = [watch.stdout.readline() for _ in range(5)]
+            assert sum(line.startswith("s1 ") for line in shown) >= 2  # shown again
+        finally:
+            watch.send_signal(signal.SIGINT)
+            watch.communicate(timeout=10)
+        assert watch.returncode == 0
+
+
+async def test_json_logs_carry_the_event_fields_and_sighup_reopens_the_file(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "agentd.json.log"
+    async with operated(tmp_path, "--log-format", "json", "--log-file", str(log)) as process:
+        run(tmp_path, "start", "s1")
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        spawned = next(r for r in records if r.get("event_kind") == "spawned")
+        assert spawned["level"] == "info"
+        assert spawned["event_session"] == "s1"
+        assert spawned["time"].endswith("Z")
+        log.rename(tmp_path / "agentd.json.log.1")  # what logrotate does
+        process.send_signal(signal.SIGHUP)
+        await wait_until(log.exists)
+        run(tmp_path, "stop", "s1")
+        await wait_until(lambda: '"event_kind": "stopped"' in log.read_text())
+        assert process.poll() is None  # SIGHUP does not stop it
+        assert "reopening the log files" in log.read_text()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_metrics_are_served_for_prometheus(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    where = f"127.0.0.1:{free_port()}"
+    async with operated(tmp_path, "--metrics", where):
+        run(tmp_path, "send", "s1", "hi", "--create")
+
+        async def scrape() -> str:
+            async with httpx.AsyncClient() as client:
+                return (await client.get(f"http://{where}/metrics")).text
+
+        with trio.fail_after(20):
+            while True:
+                try:
+                    text = await scrape()
+                    break
+                except httpx.HTTPError:
+                    await trio.sleep(0.05)
+        assert 'tether_sessions{state="attached"} 1.0' in text
+        assert 'tether_deliveries_total{outcome="delivered"} 1.0' in text
+        assert "tether_delivery_seconds_bucket" in text
+        assert 'tether_heartbeat_age_seconds{session="s1"}' in text
+        assert "tether_lease_held 1.0" in text
+
+
+def test_bad_metrics_addresses_and_a_missing_extra_are_one_line(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    sock = str(tmp_path / "a.sock")
+    done = subprocess.run(
+        [*TETHER, "agentd", "--socket", sock, "--metrics", "nowhere"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 64, done.stderr
+    assert "--metrics wants HOST:PORT" in done.stderr
+    hide = (
+        "import sys; sys.modules['prometheus_client'] = None; from tether.cli import main;"
+        " sys.exit(main())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hide, "agentd", "--socket", sock, "--metrics", "127.0.0.1:1"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ},
+    )  # fmt: skip
+    assert done.returncode == 69
+    assert "pip install 'tether[metrics]'" in done.stderr
