@@ -461,7 +461,12 @@ async def test_cmd_inherits_the_ignored_and_blocked_signals_tether_run_got() -> 
         python(SIGCONF, *RUN, "--reset-signals", "--", "cat", "/proc/self/status"),
         capture_stdout=True,
     )
-    assert _sigsets(reset.stdout.decode()) == {"SigBlk": set(), "SigIgn": set()}
+    # glibc reserves 32 and 33 (threads' cancel and setxid): an ignored one set by whatever
+    # started this suite cannot be changed from Python, nor from tini.
+    reserved = set(range(1, 65)) - set(signal.valid_signals())
+    cleared = _sigsets(reset.stdout.decode())
+    assert cleared["SigBlk"] == set()
+    assert cleared["SigIgn"] <= reserved
 
 
 # -- the parent's death (tini: pdeathsignal test) ----------------------------------------------

@@ -93,7 +93,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--reset-signals",
         action="store_true",
-        help="start CMD with default signal handling and an empty mask, not tether run's",
+        help="start CMD with default signal handling and an empty mask, not tether run's "
+        "(the C library's reserved signals 32 and 33 keep what they inherited)",
     )
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     return run
