@@ -83,6 +83,9 @@ def make_agentd(store: SqliteEpochStore, directory: Path, **options: Any) -> Age
         "grace": GRACE,
         "start_timeout": 5.0,
         "env": env,
+        # As the real daemon is: a harness SIGKILLed here orphans its group's keeper to this
+        # (subreaper) process, which must reap it when it exits.
+        "reap_orphans": True,
         **options,
     }
     argv = settings.pop("argv", EXAMPLE)
