@@ -1,65 +1,70 @@
-"""``DeadlockDetector``: a trio run whose every task has been asleep for a cushion, with nothing
-that could ever wake one, is a deadlock; say so with every task's line and channel holders.
+"""``DeadlockDetector``: a trio run in which some tasks wait on each other, or on things nothing
+that runs can reach, fails in about a cushion with each task's line and who holds what it waits
+on; a hard timeout says why no deadlock was declared.
 
-Go's runtime says "all goroutines are asleep - deadlock!"; trio cannot in general (a task may
-wait for any file descriptor or thread; trio issues 182 and 1085). A test can: nothing outside
-it will come. The detector is an instrument that notes when the run loop starts waiting with
-no task runnable, and a watchdog thread that, once the loop has waited a whole cushion, asks
-the run (through ``TrioToken.run_sync_soon``) whether anything could still wake a task:
-
-- a task waiting on I/O (a socket, a pipe, a pidfd: trio's I/O statistics say how many);
-- a deadline that will come (any deadline on a real clock; on a ``MockClock`` only if it
-  autojumps or runs);
-- a task in a thread (``trio.to_thread``, tether's worker threads), a pending
-  ``run_sync_soon``, a task in ``wait_all_tasks_blocked``, or a trio signal receiver.
-
-If nothing could, the test fails with ``Deadlock`` and the report, and is cancelled. The hard
-timeout uses the same thread, never a trio deadline (a deadline would hide every deadlock).
+Go's runtime says "all goroutines are asleep - deadlock!" and its leak profile finds goroutines
+blocked on what nothing can reach; trio cannot in general (trio issues 182 and 1085). A test
+can. The detector is an instrument and a watchdog thread. Every quarter cushion the thread marks
+a check due and, if the run loop sits in a wait that an early wake-up cannot disturb (not a
+``wait_all_tasks_blocked`` cushion, not an autojump), wakes it with ``run_sync_soon``. The check
+runs in ``after_io_wait``, inside the run: tasks whose await frames have not moved for a whole
+cushion are handed to ``analyse`` (``_verdict``), which decides by reachability which of them
+nothing could ever wake, even while other tasks run, sleep or wait on sockets. The check costs
+at most a twentieth of the time between checks. The hard timeout is the same thread, never a
+trio deadline (a deadline would make every deadlocked run look alive).
 """
 
 from __future__ import annotations
 
 import contextlib
-import linecache
 import math
 import os
 import signal
+import sys
 import threading
 import time
-import types
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 import trio
 import trio.testing
 
-_FOREVER = 86400 - 1  # trio caps an I/O wait at a day: a wait this long has no deadline
+from ._report import deadlock_report, timeout_report
+from ._verdict import analyse
+from ._waits import await_chain, classify, frame_of
+
 _TRIO = os.path.dirname(trio.__file__)
-_TETHER = os.path.dirname(os.path.dirname(__file__))
-_HERE = os.path.dirname(__file__)
-_THREAD_WAITS = (
-    (os.path.join(_TRIO, "_threads.py"), None),
-    (os.path.join(_TETHER, "_worker.py"), "run"),
+_RUN: Any = sys.modules["trio._core._run"]
+KNOWS_TRIO = hasattr(_RUN, "setup_runner") and all(
+    os.path.exists(os.path.join(_TRIO, *path))
+    for path in (("_threads.py",), ("_signals.py",), ("_core", "_run.py"))
 )
-_EXTERNAL = (
-    (os.path.join(_TRIO, "_core", "_run.py"), "wait_all_tasks_blocked"),
-    (os.path.join(_TRIO, "_signals.py"), None),
-)
-KNOWS_TRIO = all(os.path.exists(path) for path, _ in (*_THREAD_WAITS, *_EXTERNAL))
-"""Whether trio's files are where the detector looks for tasks that wait on threads or
-signals (trio 0.25 to 0.35 at least). Without them it could take such a wait for a deadlock,
-so the plugin then turns deadlock detection off and says so (the hard timeout still works)."""
+"""Whether trio is laid out as the detector expects (trio 0.25 to 0.35 at least): where it
+starts a run and where its thread and signal waits live. Without it the plugin turns deadlock
+detection off and says so (the hard timeout still works)."""
+
+WATCHED: set[int] = set()
+"""ids of the TrioTokens of the runs a detector watches now (one detector per run)."""
+_THREADS: set[int] = set()
 
 
 class Deadlock(Exception):
-    """Every task of the run is asleep and nothing can wake one; the message is the report."""
+    """Tasks of the run wait on each other or on what nothing can reach; the message is the
+    report."""
 
 
 class TimedOut(Exception):
-    """The test ran longer than its hard timeout; the message holds every task's stack."""
+    """The test ran longer than its hard timeout; the message says why no deadlock was declared
+    and holds every task's line."""
+
+
+def _nothing() -> None:
+    """What the watchdog hands the run to wake it."""
 
 
 class DeadlockDetector(trio.abc.Instrument):
-    """Watches one trio run; ``found`` is set with the failure to raise."""
+    """Watches one trio run; ``failure`` is set with the error the run then fails with."""
 
     def __init__(self, cushion: float = 1.0, timeout: float | None = None) -> None:
         self.cushion = cushion
@@ -68,32 +73,23 @@ class DeadlockDetector(trio.abc.Instrument):
         """Whether to look for deadlocks (off: only the timeout)."""
         self.failure: Exception | None = None
         self.checks = 0
-        self._on_failure: Callable[[], object] = lambda: None
-        self._idle_since: float | None = None
-        self._last_wait = 0.0
-        """How long the run loop's last wait lasted: the one our check's wake-up ended."""
+        self.analyses = 0
+        self.reason = "no check has run yet"
+        """Why no deadlock has been declared (the timeout's message says it)."""
+        self._runner: Any = None
+        self._attached = False
+        self._on_failure: Callable[[], object] = _nothing
         self._started = time.monotonic()
         self._token: trio.lowlevel.TrioToken | None = None
-        self._pending = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-
-    # -- the instrument: called by trio's run loop ---------------------------------------------
-
-    def before_io_wait(self, timeout: float) -> None:
-        # Only a wait without end is a candidate: a finite one (a deadline, an autojump, a
-        # wait_all_tasks_blocked cushion) ends by itself, and waking it early would starve it.
-        if timeout < _FOREVER:
-            self._idle_since = None
-        elif self._idle_since is None:
-            self._idle_since = time.monotonic()
-
-    def after_io_wait(self, timeout: float) -> None:
-        idle = self._idle_since
-        self._last_wait = 0.0 if idle is None else time.monotonic() - idle
-        self._idle_since = None
-
-    # -- the watchdog thread -------------------------------------------------------------------
+        self._due = self._timed_out = self._in_wait = self._wakeable = False
+        self._waits = 0
+        self._first: weakref.WeakKeyDictionary[trio.lowlevel.Task, tuple[tuple[int, ...], float]]
+        self._first = weakref.WeakKeyDictionary()
+        self._cleared: frozenset[tuple[int, ...]] = frozenset()
+        self._cleared_until = self._next_check = 0.0
+        self._backoff = cushion
 
     def fresh(self) -> DeadlockDetector:
         """A detector with the same settings, not started (one per trio run)."""
@@ -101,93 +97,201 @@ class DeadlockDetector(trio.abc.Instrument):
         twin.deadlocks = self.deadlocks
         return twin
 
+    @property
+    def step(self) -> float:
+        return max(min(self.cushion / 4, 0.25), 0.005)
+
+    # -- engagement ----------------------------------------------------------------------------
+
+    def attach(self, runner: Any) -> None:
+        """Watch the run ``runner`` is about to start, from its first to its last tick (outside
+        the run: the plugin's hook on trio's ``setup_runner``)."""
+        self._runner = runner
+        self._attached = True
+        runner.instruments.add_instrument(self)
+
     def start(self, on_failure: Callable[[], object]) -> None:
-        """Install the instrument in the current run and start the watchdog thread;
-        ``on_failure`` is called (in the run) once ``failure`` is set."""
+        """Watch the current run from now until ``stop``; ``on_failure`` is called (in the run)
+        once ``failure`` is set."""
+        self._runner = getattr(_RUN.GLOBAL_RUN_CONTEXT, "runner", None)
+        trio.lowlevel.add_instrument(self)
+        self._begin(on_failure)
+
+    def stop(self) -> None:
+        """Stop watching (idempotent)."""
+        self._end()
+        self._runner = None
+        with contextlib.suppress(KeyError, RuntimeError):
+            trio.lowlevel.remove_instrument(self)
+
+    def _begin(self, on_failure: Callable[[], object]) -> None:
         self._on_failure = on_failure
         self._started = time.monotonic()
         self._token = trio.lowlevel.current_trio_token()
-        trio.lowlevel.add_instrument(self)
+        WATCHED.add(id(self._token))
         self._thread = threading.Thread(target=self._watch, name="tether deadlock detector")
         self._thread.daemon = True
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the thread and remove the instrument (idempotent)."""
+    def _end(self) -> None:
         self._stop.set()
-        with contextlib.suppress(KeyError, RuntimeError):
-            trio.lowlevel.remove_instrument(self)
+        if self._token is not None:
+            WATCHED.discard(id(self._token))
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    # -- the instrument: called by trio's run loop ---------------------------------------------
+
+    def before_run(self) -> None:
+        if not self._attached:
+            return
+        if getattr(self._runner, "is_guest", False):
+            # A guest run (anyio's test runner) outlives the test: it is watched from inside,
+            # one test at a time, by the plugin's wrapper.
+            self._attached = False
+            return
+        self._begin(self._cancel_run)
+
+    def _cancel_run(self) -> None:
+        nursery = getattr(self._runner, "system_nursery", None)
+        if nursery is not None:
+            nursery.cancel_scope.cancel()
+
+    def after_run(self) -> None:
+        if not self._attached:
+            return
+        self._end()
+        if self.failure is not None:
+            from outcome import Error
+
+            self._runner.main_task_outcome = Error(self.failure)
+        self._runner = None  # it holds the run's result, which the test may mean to drop
+
+    def before_io_wait(self, timeout: float) -> None:
+        self._waits += 1
+        self._in_wait = True
+        if timeout >= self.step and self.deadlocks:
+            runner = self._runner
+            self._wakeable = not getattr(runner, "waiting_for_idle", True) and (
+                timeout != getattr(runner, "clock_autojump_threshold", timeout)
+            )
+        else:
+            self._wakeable = False
+
+    def after_io_wait(self, timeout: float) -> None:
+        self._in_wait = False
+        if self._due and self._token is not None:
+            self._due = False
+            self._check()
+
+    # -- the watchdog thread -------------------------------------------------------------------
 
     def _watch(self) -> None:
         # Signals belong to the main thread (tether.signals reads them from a signalfd there).
         signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-        step = min(self.cushion / 4, 0.25)
-        while not self._stop.wait(step):
-            now = time.monotonic()
-            idle = self._idle_since
-            timed_out = self.timeout is not None and now - self._started > self.timeout
-            stuck = self.deadlocks and idle is not None and now - idle >= self.cushion
-            if self._pending or not (timed_out or stuck):
-                continue
-            self._pending = True
-            assert self._token is not None
-            try:
-                self._token.run_sync_soon(self._check, timed_out)
-            except trio.RunFinishedError:
-                return
+        _THREADS.add(threading.get_ident())
+        try:
+            seen = -1
+            while not self._stop.wait(self.step):
+                if self.timeout is not None and time.monotonic() - self._started > self.timeout:
+                    self._timed_out = True
+                self._due = True
+                waits = self._waits
+                if self._in_wait and waits == seen and (self._wakeable or self._timed_out):
+                    assert self._token is not None
+                    try:
+                        self._token.run_sync_soon(_nothing, idempotent=True)
+                    except trio.RunFinishedError:
+                        return
+                seen = waits
+        finally:
+            _THREADS.discard(threading.get_ident())
 
     # -- the check, inside the run -------------------------------------------------------------
 
-    def _check(self, timed_out: bool) -> None:
-        self._pending = False
+    def _check(self) -> None:
         if self.failure is not None:
             return
-        self.checks += 1
-        if timed_out:
-            self._fail(TimedOut(f"the test ran longer than {self.timeout:g}s\n" + report()))
+        try:
+            if self._timed_out:
+                self._fail(TimedOut(self._timeout_message()))
+            elif self.deadlocks:
+                self._look()
+        except Exception as exc:  # noqa: BLE001 - trio would remove a raising instrument
+            self.deadlocks = False
+            self.reason = f"the detector failed ({exc!r}) and stopped looking"
+
+    def _look(self) -> None:
+        now = time.monotonic()
+        if now < self._next_check:
             return
-        if self._last_wait < self.cushion or trio.lowlevel.current_statistics().tasks_runnable:
-            return  # something ran meanwhile
-        if waker() is None:
-            self._fail(Deadlock("all tasks are asleep\n" + report()))
+        self.checks += 1
+        try:
+            chains = {t: [obj for obj, _ in await_chain(t)] for t in _all_tasks()}
+            runq = set(getattr(self._runner, "runq", ()))
+            settled = self._settle(chains, runq, now)
+            if not settled:
+                self.reason = "every task ran within the last cushion"
+                return
+            signature = frozenset(settled.values())
+            if signature == self._cleared and now < self._cleared_until:
+                return
+            blocked = {t: classify(t, [frame_of(o) for o in chains[t]]) for t in settled}
+            left = math.inf if self.timeout is None else self.timeout - (now - self._started)
+            verdict = analyse(
+                chains, blocked, skip_threads=set(_THREADS), timeout_left=left,
+                extra_roots=self._queued(),
+            )  # fmt: skip
+            self.analyses += 1
+            if verdict.stuck:
+                self._fail(Deadlock(deadlock_report(verdict, chains)))
+                return
+            self.reason = verdict.reason()
+            self._backoff = self._backoff * 2 if signature == self._cleared else self.cushion
+            self._backoff = min(self._backoff, 8 * self.cushion)
+            self._cleared, self._cleared_until = signature, now + self._backoff
+        finally:
+            self._next_check = now + max(self.step, 20 * (time.monotonic() - now))
+
+    def _settle(
+        self, chains: dict[trio.lowlevel.Task, list[Any]], runq: set[Any], now: float
+    ) -> dict[trio.lowlevel.Task, tuple[int, ...]]:
+        """The tasks whose await frames have not moved for a cushion, with their fingerprints."""
+        settled: dict[trio.lowlevel.Task, tuple[int, ...]] = {}
+        for task, chain in chains.items():
+            if task in runq or not chain:
+                self._first.pop(task, None)
+                continue
+            inner = chain[-1]
+            mark = (id(task), id(inner), frame_of(inner).f_lasti, id(task.custom_sleep_data))
+            first = self._first.get(task)
+            if first is None or first[0] != mark:
+                self._first[task] = (mark, now)
+            elif now - first[1] >= self.cushion:
+                settled[task] = mark
+        return settled
+
+    def _queued(self) -> list[object]:
+        """Callbacks threads have queued for the run: code about to run."""
+        queue = getattr(self._runner, "entry_queue", None)
+        jobs = [*getattr(queue, "queue", ()), *getattr(queue, "idempotent_queue", {})]
+        return [job for job in jobs if not (isinstance(job, tuple) and job[:1] == (_nothing,))]
+
+    def _timeout_message(self) -> str:
+        chains = {t: [obj for obj, _ in await_chain(t)] for t in _all_tasks()}
+        why = self.reason if self.deadlocks else "deadlock detection is off for this test"
+        return (
+            f"the test ran longer than {self.timeout:g}s\n  no deadlock was declared: {why}\n"
+            + timeout_report(chains)
+        )
 
     def _fail(self, failure: Exception) -> None:
         self.failure = failure
         self._on_failure()
 
 
-def waker() -> str | None:
-    """What could still wake a task of the current run, or ``None`` if nothing can."""
-    stats = trio.lowlevel.current_statistics()
-    io = stats.io_statistics
-    waiting = getattr(io, "tasks_waiting_read", 0) + getattr(io, "tasks_waiting_write", 0)
-    waiting += getattr(io, "tasks_waiting_overlapped", 0)
-    if waiting:
-        return f"{waiting} tasks wait on I/O"
-    if stats.run_sync_soon_queue_size:
-        return "a run_sync_soon callback is queued"
-    if stats.seconds_to_next_deadline < math.inf and _deadlines_come():
-        return f"a deadline in {stats.seconds_to_next_deadline:.3f}s"
-    for task in all_tasks():
-        for frame, _ in task.iter_await_frames():
-            where = (frame.f_code.co_filename, frame.f_code.co_name)
-            for path, name in _THREAD_WAITS:
-                if where[0] == path and name in (None, where[1]):
-                    return f"task {task.name!r} waits on a thread"
-            for path, name in _EXTERNAL:
-                if where[0] == path and name in (None, where[1]):
-                    return f"task {task.name!r} waits in {where[1]}"
-    return None
-
-
-def _deadlines_come() -> bool:
-    clock = trio.lowlevel.current_clock()
-    if isinstance(clock, trio.testing.MockClock):
-        return clock.rate > 0 or clock.autojump_threshold < math.inf
-    return True
-
-
-def all_tasks() -> list[trio.lowlevel.Task]:
+def _all_tasks() -> list[trio.lowlevel.Task]:
     """Every task of the current run, parents first."""
     found: list[trio.lowlevel.Task] = []
     stack = [trio.lowlevel.current_root_task()]
@@ -199,62 +303,3 @@ def all_tasks() -> list[trio.lowlevel.Task]:
         for nursery in task.child_nurseries:
             stack.extend(nursery.child_tasks)
     return found
-
-
-def report() -> str:
-    """Each task (but the run's and the test machinery's own), the line it waits on, and for a
-    task waiting on a tether channel, the channel's live senders and where they were made."""
-    lines = []
-    for task in all_tasks():
-        frames = [frame for frame, _ in task.iter_await_frames()]
-        if not frames or _is_internal(task, frames):
-            continue
-        frame = _user_frame(frames)
-        lines.append(f"  task {task.name!r} waits at {_where(frame)}")
-        lines.extend(_channel_lines(frames))
-    return "\n".join(lines) if lines else "  (no task to show)"
-
-
-def _is_internal(task: trio.lowlevel.Task, frames: list[types.FrameType]) -> bool:
-    """The run's own tasks and the test machinery's: no frame of theirs is user code."""
-    if task.name.startswith("<TrioToken.run_sync_soon task>") or task.name == "<init>":
-        return True
-    return all(_machinery(frame.f_code.co_filename) for frame in frames)
-
-
-def _machinery(path: str) -> bool:
-    return path.startswith((_TRIO, _HERE)) or "pytest_trio" in path or "_pytest" in path
-
-
-def _user_frame(frames: list[types.FrameType]) -> types.FrameType:
-    """The innermost frame outside trio and tether's own code: the test's line."""
-    for frame in reversed(frames):
-        path = frame.f_code.co_filename
-        if not path.startswith(_TRIO) and not path.startswith(_TETHER):
-            return frame
-    return frames[-1]
-
-
-def _where(frame: types.FrameType) -> str:
-    path, line = frame.f_code.co_filename, frame.f_lineno
-    source = linecache.getline(path, line).strip()
-    return f"{path}:{line} in {frame.f_code.co_name}: {source}"
-
-
-def _channel_lines(frames: list[types.FrameType]) -> Iterator[str]:
-    for frame in frames:
-        receiver = frame.f_locals.get("self")
-        holders = getattr(receiver, "holders", None)
-        if holders is None or not frame.f_code.co_filename.startswith(
-            os.path.join(_TETHER, "channels")
-        ):
-            continue
-        chan = getattr(receiver, "_chan", None)
-        what = chan.label if chan is not None else "a channel"
-        live = holders()
-        if not live:
-            yield f"    on {what}: no live sender"
-        for holder in live:
-            task = f" in task {holder.task!r}" if holder.task else ""
-            yield f"    on {what}: held by {holder.name!r} made at {holder.site}{task}"
-        return

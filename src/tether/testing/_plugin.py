@@ -1,19 +1,20 @@
-"""The pytest plugin (entry point ``pytest11``): deadlock detection and a hard timeout for trio
-tests, and the process-leak guard for any test.
+"""The pytest plugin (entry point ``pytest11``): deadlock detection and a hard timeout for every
+trio run a test starts, and the process-leak guard for any test.
 
-ini options: ``tether_deadlock`` (bool: every trio test), ``tether_deadlock_cushion`` (seconds,
-1.0), ``tether_timeout`` (seconds per trio test, 0: none), ``tether_process_leaks`` (bool:
-every test). Markers: ``deadlock_check`` (this trio test), ``no_deadlock_check`` (not this one).
+ini options: ``tether_deadlock`` (bool: every trio run), ``tether_deadlock_cushion`` (seconds,
+1.0), ``tether_timeout`` (seconds per trio run, 300; 0: none), ``tether_process_leaks`` (bool:
+every test). Markers: ``deadlock_check`` (this test), ``no_deadlock_check`` (not this one).
 Fixtures: ``deadlock_detector`` (turns detection on for the test and gives the detector),
-``no_process_leaks``.
+``no_process_leaks``. Where it hooks into trio is ``_engage``'s business.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import inspect
+import sys
 import warnings
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,8 +22,12 @@ import pytest
 if TYPE_CHECKING:  # imported when a test needs them: the plugin loads with every pytest run
     from ._deadlock import DeadlockDetector
 
+    Make = Callable[[], DeadlockDetector]
+
 _FIXTURE = "deadlock_detector"
-_WARNED: list[bool] = []
+_WARNED: set[str] = set()
+_COUNTS = {"tests": 0, "runs": 0}
+"""How many tests had a trio run watched, and how many runs: the terminal summary says."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,7 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "tether_deadlock_cushion", "seconds every task must sleep before a deadlock", default="1.0"
     )
     parser.addini(
-        "tether_timeout", "fail a trio test running longer (seconds; 0: never)", default="0"
+        "tether_timeout",
+        "fail a trio run of a test lasting longer (seconds; 0: never)",
+        default="300",
     )
     parser.addini(
         "tether_process_leaks", "fail any test that leaves a process", type="bool", default=False
@@ -51,6 +58,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "no_process_leaks" not in getattr(item, "fixturenames", ["no_process_leaks"]):
                 item.fixturenames.append("no_process_leaks")  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if _COUNTS["runs"] and config.getini("tether_deadlock"):
+        terminalreporter.write_line(
+            f"tether: {_COUNTS['runs']} trio runs of {_COUNTS['tests']} tests were watched for"
+            " deadlocks"
+        )
 
 
 @pytest.fixture
@@ -81,20 +96,53 @@ def no_process_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with _watching(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    make = _maker(item)
     function = getattr(item, "obj", None)
-    if isinstance(item, pytest.Function) and item.get_closest_marker("trio") is not None:
-        detector = _detector_for(item)
-        if detector is not None:
-            hypothesis = getattr(function, "hypothesis", None)
-            if hypothesis is not None:
-                hypothesis.inner_test = _watched(hypothesis.inner_test, detector)
-            elif inspect.iscoroutinefunction(function):
-                item.obj = _watched(function, detector)
-    yield
+    if make is not None and isinstance(item, pytest.Function):
+        from ._engage import watched
+
+        hypothesis = getattr(function, "hypothesis", None)
+        if hypothesis is not None and inspect.iscoroutinefunction(hypothesis.inner_test):
+            hypothesis.inner_test = watched(hypothesis.inner_test, make)
+        elif inspect.iscoroutinefunction(function):
+            item.obj = watched(function, make)
+    with _watching(item, make):
+        yield
 
 
-def _detector_for(item: pytest.Function) -> DeadlockDetector | None:
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with _watching(item):
+        yield
+
+
+@contextlib.contextmanager
+def _watching(item: pytest.Item, make: Make | None = None) -> Iterator[None]:
+    """Every trio run the test starts meanwhile is watched."""
+    make = make or _maker(item)
+    if make is None:
+        yield
+        return
+    from ._engage import watching_runs
+
+    with watching_runs(make):
+        yield
+
+
+def _maker(item: pytest.Item) -> Make | None:
+    """What makes the detector of each trio run of this test, or ``None`` if nothing is on.
+
+    Nothing is on before trio is imported: a project that never imports it pays nothing.
+    """
+    if "trio" not in sys.modules:
+        return None
     config = item.config
     if item.get_closest_marker("no_deadlock_check") is not None:
         deadlock = False
@@ -102,7 +150,7 @@ def _detector_for(item: pytest.Function) -> DeadlockDetector | None:
         deadlock = (
             bool(config.getini("tether_deadlock"))
             or item.get_closest_marker("deadlock_check") is not None
-            or _FIXTURE in item.fixturenames
+            or _FIXTURE in getattr(item, "fixturenames", ())
         )
     timeout = _timeout(config)
     if not deadlock and timeout is None:
@@ -110,26 +158,45 @@ def _detector_for(item: pytest.Function) -> DeadlockDetector | None:
     from ._deadlock import KNOWS_TRIO, DeadlockDetector
 
     if deadlock and not KNOWS_TRIO:
-        deadlock = False
-        if not _WARNED:
-            import importlib.metadata
+        import importlib.metadata
 
-            _WARNED.append(True)
-            warnings.warn(
-                "tether's deadlock detector does not know this trio's layout"
-                f" (trio {importlib.metadata.version('trio')}): deadlock detection is off",
-                RuntimeWarning,
-                stacklevel=1,
-            )
+        deadlock = False
+        _warn_once(
+            "tether's deadlock detector does not know this trio's layout"
+            f" (trio {importlib.metadata.version('trio')}): deadlock detection is off"
+        )
         if timeout is None:
             return None
-    if _FIXTURE in item.fixturenames and _FIXTURE in item.funcargs:
-        detector = item.funcargs[_FIXTURE]
-        assert isinstance(detector, DeadlockDetector)
-    else:
-        detector = DeadlockDetector(_cushion(config), timeout)
-    detector.deadlocks = deadlock
-    return detector
+    if deadlock and sys.implementation.name != "cpython":
+        _warn_once(
+            f"on {sys.implementation.name}, tether's deadlock detector cannot follow references"
+            " the way it does on CPython: only deadlocks of every task are looked for"
+        )
+    funcargs = getattr(item, "funcargs", {})
+    template = funcargs.get(_FIXTURE)
+    if not isinstance(template, DeadlockDetector):
+        template = DeadlockDetector(_cushion(config), timeout)
+    template.deadlocks = deadlock
+    used: list[bool] = []
+
+    def make() -> DeadlockDetector:
+        # The fixture's detector watches the first run, so the test's settings take effect;
+        # Hypothesis runs the test many times: one fresh detector each.
+        _COUNTS["runs"] += 1
+        if not used:
+            _COUNTS["tests"] += 1
+        if used:
+            return template.fresh()
+        used.append(True)
+        return template
+
+    return make
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
 
 
 def _cushion(config: pytest.Config) -> float:
@@ -139,27 +206,3 @@ def _cushion(config: pytest.Config) -> float:
 def _timeout(config: pytest.Config) -> float | None:
     seconds = float(config.getini("tether_timeout"))
     return seconds if seconds > 0 else None
-
-
-def _watched(
-    test: Callable[..., Coroutine[Any, Any, object]], detector: DeadlockDetector
-) -> Callable[..., Coroutine[Any, Any, object]]:
-    """The test, run under the detector: a deadlock or the timeout cancels it and fails it."""
-
-    import trio
-
-    @functools.wraps(test)
-    async def watched(*args: Any, **kwargs: Any) -> object:
-        __tracebackhide__ = True
-        fresh = detector.fresh()  # Hypothesis runs the test many times: one detector each run
-        with trio.CancelScope() as scope:
-            fresh.start(scope.cancel)
-            try:
-                return await test(*args, **kwargs)
-            finally:
-                fresh.stop()
-        if fresh.failure is not None:
-            raise fresh.failure
-        raise RuntimeError("the test was cancelled by the deadlock detector without a reason")
-
-    return watched

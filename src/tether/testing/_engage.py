@@ -1,0 +1,70 @@
+"""Where the plugin starts watching trio: every run a test starts, however it starts it, and a
+coroutine test that runs inside a run already going.
+
+trio starts every run, ``trio.run`` and guest runs alike, through ``setup_runner`` in
+``trio._core._run``: ``trio.testing.trio_test``, pytest-trio, qtrio and a sync test calling
+``trio.run`` (under any name it was imported as) all do. While a test runs, the plugin wraps
+that function so each new runner gets a detector attached before its first tick. anyio's trio
+backend starts one guest run that outlives the test; a coroutine test there is watched from
+inside by ``watched``, which does nothing if its run is already watched or is not trio's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import trio
+
+from ._deadlock import _RUN, WATCHED, DeadlockDetector
+
+Make = Callable[[], DeadlockDetector]
+
+
+@contextlib.contextmanager
+def watching_runs(make: Make) -> Iterator[None]:
+    """Attach ``make()`` to every trio run started meanwhile, in any thread."""
+    original = _RUN.setup_runner
+
+    @functools.wraps(original)
+    def setup_runner(*args: Any, **kwargs: Any) -> Any:
+        runner = original(*args, **kwargs)
+        make().attach(runner)
+        return runner
+
+    _RUN.setup_runner = setup_runner
+    try:
+        yield
+    finally:
+        _RUN.setup_runner = original
+
+
+def watched(
+    test: Callable[..., Coroutine[Any, Any, object]], make: Make
+) -> Callable[..., Coroutine[Any, Any, object]]:
+    """The coroutine test, watched from inside if it runs in a trio run nobody watches yet: a
+    deadlock or the timeout cancels it and fails it."""
+
+    @functools.wraps(test)
+    async def watched(*args: Any, **kwargs: Any) -> object:
+        __tracebackhide__ = True
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # another event loop (anyio's asyncio backend)
+            return await test(*args, **kwargs)
+        if id(token) in WATCHED:
+            return await test(*args, **kwargs)
+        detector = make()
+        with trio.CancelScope() as scope:
+            detector.start(scope.cancel)
+            try:
+                return await test(*args, **kwargs)
+            finally:
+                detector.stop()
+        if detector.failure is not None:
+            raise detector.failure
+        raise RuntimeError("the test was cancelled by the deadlock detector without a reason")
+
+    return watched

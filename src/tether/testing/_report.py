@@ -1,0 +1,166 @@
+"""The text of a deadlock or a timeout: each task's line, what it waits on, and who holds that
+now (found by reachability from each task's stack, not by where a handle was made)."""
+
+from __future__ import annotations
+
+import gc
+import linecache
+import os
+import types
+from typing import Any
+
+import trio
+
+from ._reach import Reach, TooLarge
+from ._verdict import INTERNAL, Blocked, Verdict
+from ._waits import WaitKind, classify, frame_of, user_frame
+
+_TRIO = os.path.dirname(trio.__file__)
+_HERE = os.path.dirname(__file__)
+
+
+def where(frame: types.FrameType | None) -> str:
+    """``file:line in function: source`` of a frame."""
+    if frame is None:
+        return "an unknown line"
+    path, line = frame.f_code.co_filename, frame.f_lineno
+    source = linecache.getline(path, line).strip()
+    return f"{path}:{line} in {frame.f_code.co_name}: {source}"
+
+
+def shown(task: trio.lowlevel.Task, chain: list[Any]) -> bool:
+    """Whether a report names this task: not the run's own, nor the test machinery's."""
+    if task.name in INTERNAL or not chain:
+        return False
+    paths = [frame_of(obj).f_code.co_filename for obj in chain]
+    return not all(p.startswith((_TRIO, _HERE)) or "pytest_trio" in p or "_pytest" in p
+                   or f"{os.sep}anyio{os.sep}" in p for p in paths)  # fmt: skip
+
+
+class Holders:
+    """Which tasks reach an object, each task's reach computed once, on first question."""
+
+    def __init__(self, chains: dict[trio.lowlevel.Task, list[Any]]) -> None:
+        self._chains = chains
+        self._stop = [obj for chain in chains.values() for obj in chain]
+        self._reach: dict[trio.lowlevel.Task, Reach | None] = {}
+
+    def of(self, obj: object) -> list[str]:
+        names = []
+        for task, chain in self._chains.items():
+            if task.name in INTERNAL:
+                continue
+            if task not in self._reach:
+                reach: Reach | None = Reach(self._stop, 400_000)
+                try:
+                    reach.add_chain(chain)  # type: ignore[union-attr]
+                except TooLarge:
+                    reach = None
+                self._reach[task] = reach
+            found = self._reach[task]
+            if found is not None and obj in found:
+                names.append(task.name)
+        return names
+
+    def phrase(self, obj: object) -> str:
+        names = self.of(obj)
+        if not names:
+            return "no task (a global, a thread or garbage)"
+        return ", ".join(f"task {name!r}" for name in names)
+
+
+def deadlock_report(verdict: Verdict, chains: dict[trio.lowlevel.Task, list[Any]]) -> str:
+    """The head line and every deadlocked task with what it waits on and who holds that."""
+    holders = Holders(chains)
+    lines = []
+    for task, blocked in verdict.stuck.items():
+        if not shown(task, chains[task]):
+            continue
+        lines.append(f"  task {task.name!r} waits at {where(blocked.wait.frame)}")
+        lines.extend(f"    {line}" for line in _detail(blocked, holders))
+    alive = [*verdict.running, *(f"task {t.name!r}" for t in verdict.woken if shown(t, chains[t]))]
+    if alive:
+        others = ", ".join(alive[:4]) + (" ..." if len(alive) > 4 else "")
+        count = sum(1 for t, b in verdict.stuck.items() if shown(t, chains[t]))
+        tasks, them = ("task", "it") if count == 1 else ("tasks", "them")
+        head = f"{count} {tasks} asleep for good: nothing that runs can wake {them}"
+        lines.append(f"  still running, unable to reach them: {others}")
+    else:
+        head = "all tasks are asleep"
+    return head + "\n" + ("\n".join(lines) if lines else "  (no task to show)")
+
+
+def _detail(blocked: Blocked, holders: Holders) -> list[str]:
+    wait = blocked.wait
+    kind, obj = wait.kind, wait.obj
+    out: list[str]
+    if kind in (WaitKind.TETHER_RECEIVE, WaitKind.TETHER_SEND):
+        out = _tether(kind, obj, holders)
+    elif kind in (WaitKind.MEMORY_RECEIVE, WaitKind.MEMORY_SEND):
+        receiving = kind is WaitKind.MEMORY_RECEIVE
+        want = trio.MemorySendChannel if receiving else trio.MemoryReceiveChannel
+        ends = [h for h in gc.get_referrers(obj._state) if type(h) is want and not h._closed]
+        side = "sender" if receiving else "receiver"
+        out = [f"on {kind.value}: open {side} held by {holders.phrase(h)}" for h in ends]
+        out = out or [f"on {kind.value}: no open {side} (the channel is never closed)"]
+    elif kind is WaitKind.LOCK:
+        owner = obj.statistics().owner
+        out = [f"on {obj!r}: owned by task {owner.name!r}" if owner else f"on {obj!r}"]
+    elif kind is WaitKind.LIMITER:
+        names = ", ".join(repr(getattr(b, "name", b)) for b in obj.statistics().borrowers)
+        out = [f"on {obj!r}: borrowed by {names or 'nobody'}"]
+    elif kind is WaitKind.NURSERY:
+        names = ", ".join(repr(child.name) for child in obj.child_tasks)
+        out = [f"for its nursery's children: {names}"]
+    elif kind is WaitKind.SLEEP:
+        out = ["sleeping, and nothing that runs can cancel it"]
+    elif obj is not None:
+        out = [f"on {kind.value}: reachable only from {holders.phrase(obj)}"]
+    else:
+        out = [f"on {kind.value}"]
+    deadline = blocked.scopes.deadline
+    if deadline != float("inf"):
+        out.append(f"its deadline (in {deadline - trio.current_time():.0f}s) cannot help: the "
+                   "clock does not reach it before the test's timeout")  # fmt: skip
+    return out
+
+
+def _tether(kind: WaitKind, state: Any, holders: Holders) -> list[str]:
+    from ..channels._handles import StrongHandle
+
+    if kind is WaitKind.TETHER_SEND:
+        ends = [h for h in gc.get_referrers(state) if _state_is(h, state) and
+                not isinstance(h, StrongHandle) and not hasattr(h, "upgrade")]  # fmt: skip
+        out = [f"on {state.label}: its receiver is held by {holders.phrase(h)}" for h in ends]
+        return out or [f"on {state.label}: no receiver"]
+    out = []
+    for handle in gc.get_referrers(state):
+        key = getattr(handle, "_key", None)
+        if not isinstance(handle, StrongHandle) or handle._shared is not state or key is None:
+            continue
+        record = state.live.get(key)
+        if record is None:
+            continue
+        name, filename, line, _ = record
+        out.append(f"on {state.label}: held by {name!r} made at {filename}:{line} in "
+                   f"{holders.phrase(handle)}")  # fmt: skip
+    return out or [f"on {state.label}: no live sender"]
+
+
+def _state_is(handle: Any, state: Any) -> bool:
+    return any(getattr(handle, name, None) is state for name in ("_chan", "_state"))
+
+
+def timeout_report(chains: dict[trio.lowlevel.Task, list[Any]]) -> str:
+    """Every task's line, and for one on a tether channel, who holds its senders."""
+    holders = Holders(chains)
+    lines = []
+    for task, chain in chains.items():
+        if not shown(task, chain):
+            continue
+        frames = [frame_of(obj) for obj in chain]
+        wait = classify(task, frames)
+        lines.append(f"  task {task.name!r} waits at {where(user_frame(frames))}")
+        if wait.kind is WaitKind.TETHER_RECEIVE:
+            lines.extend(f"    {line}" for line in _tether(wait.kind, wait.obj, holders))
+    return "\n".join(lines) if lines else "  (no task to show)"

@@ -1,0 +1,265 @@
+"""``analyse``: which sleeping tasks nothing could ever wake, the way Go's leak profile finds
+blocked goroutines, but with a reason for every task that can still wake.
+
+A task that has slept a whole cushion on a known primitive is *blocked*; every other task, every
+thread and every Python signal handler is code that may still run. From the running code the
+analysis computes what it can reach (``Reach``), then wakes blocked tasks to a fixpoint: a task
+is wakeable when its Event, Semaphore, Condition or parking lot is reachable, its Lock's owner
+or a CapacityLimiter's borrower can run, a sender (or, for a send, a receiver) of its channel is
+reachable, every child of the nursery it waits for can run, a cancel scope around it is
+reachable or already cancelled, or its deadline comes before the test's timeout. A woken task
+runs code too, so what it reaches is added. Module state counts as reachable only while some
+code runs (nothing runs in a deadlock of every task). What is left is deadlocked.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import types
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from ._reach import Reach, TooLarge
+from ._waits import Scopes, Wait, WaitKind, scopes
+
+INTERNAL = ("<init>", "<TrioToken.run_sync_soon task>")
+"""The run's own tasks: they run only what a thread or signal hands them."""
+
+
+@attrs.frozen
+class Blocked:
+    """A task asleep a whole cushion: what it waits on and what could cancel it."""
+
+    wait: Wait
+    scopes: Scopes
+
+
+@attrs.frozen
+class Verdict:
+    """The outcome of one analysis."""
+
+    stuck: dict[trio.lowlevel.Task, Blocked]
+    """The deadlocked tasks (empty if none)."""
+    woken: dict[trio.lowlevel.Task, str]
+    """Why each other blocked task can still wake."""
+    running: tuple[str, ...]
+    """The code that still runs: tasks, threads, signal handlers."""
+    note: str = ""
+    """Why the analysis could not decide, if it could not."""
+
+    def reason(self) -> str:
+        """Why no deadlock was declared, in one line."""
+        if self.note:
+            return self.note
+        if not self.woken:
+            return "no task has slept a whole cushion on something the detector knows"
+        woken = [(t, r) for t, r in self.woken.items() if t.name not in INTERNAL]
+        why = "; ".join(f"task {t.name!r} {r}" for t, r in woken[:3])
+        return why + (f"; and {len(woken) - 3} more" if len(woken) > 3 else "")
+
+
+def analyse(
+    chains: dict[trio.lowlevel.Task, list[Any]],
+    blocked: dict[trio.lowlevel.Task, Wait],
+    *,
+    skip_threads: set[int],
+    timeout_left: float,
+    extra_roots: list[object],
+    limit: int = 400_000,
+) -> Verdict:
+    """Decide which of ``blocked`` (a wait per task asleep a cushion; ``chains`` holds every
+    task's await chain) nothing can wake before ``timeout_left`` seconds; ``extra_roots`` are
+    callbacks about to run (queued by threads)."""
+    waits = {t: Blocked(w, scopes(t)) for t, w in blocked.items() if not w.kind.external}
+    running = [t for t in chains if t not in waits and t.name not in INTERNAL]
+    stop = [obj for chain in chains.values() for obj in chain]
+    reach = Reach(stop, limit)
+    try:
+        for task in running:
+            reach.add_chain(chains[task])
+        threads = reach.add_threads(skip_threads)
+        handlers = _signal_handlers()
+        reach.add(handlers.values())
+        reach.add(extra_roots)
+        alive = [f"task {t.name!r}" for t in running] + [f"thread {n!r}" for n in threads]
+        alive += [f"the handler of {name}" for name in handlers]
+        if extra_roots:
+            alive.append("callbacks queued by threads")
+        woken = _fixpoint(waits, chains, reach, bool(alive), timeout_left)
+    except TooLarge as exc:
+        return Verdict({}, {}, (), f"the analysis gave up: {exc}")
+    stuck = {t: b for t, b in waits.items() if t not in woken}
+    if stuck and not any(_endless(b, reach, timeout_left) for b in stuck.values()):
+        note = "the tasks left asleep only sleep until a deadline past the test's timeout"
+        return Verdict({}, woken, tuple(alive), note)
+    return Verdict(stuck, woken, tuple(alive))
+
+
+def _fixpoint(
+    waits: dict[trio.lowlevel.Task, Blocked],
+    chains: dict[trio.lowlevel.Task, list[Any]],
+    reach: Reach,
+    code_runs: bool,
+    timeout_left: float,
+) -> dict[trio.lowlevel.Task, str]:
+    woken: dict[trio.lowlevel.Task, str] = {}
+    with_globals = False
+    while True:
+        progress = False
+        for task, blocked in waits.items():
+            if task in woken:
+                continue
+            why = _waker(blocked, waits, woken, reach, code_runs, timeout_left)
+            if why is not None:
+                woken[task] = why
+                reach.add_chain(chains[task])
+                code_runs = progress = True
+        if progress:
+            continue
+        if len(woken) == len(waits) or not code_runs or with_globals:
+            return woken
+        reach.add_globals()
+        with_globals = True
+
+
+def _runs(task: Any, waits: dict[trio.lowlevel.Task, Blocked], woken: dict[Any, str]) -> bool:
+    return task not in waits or task in woken
+
+
+def _waker(
+    blocked: Blocked,
+    waits: dict[trio.lowlevel.Task, Blocked],
+    woken: dict[trio.lowlevel.Task, str],
+    reach: Reach,
+    code_runs: bool,
+    timeout_left: float,
+) -> str | None:
+    """Why this blocked task can still wake, or ``None``."""
+    sc = blocked.scopes
+    if sc.cancelled:
+        return "is being cancelled"
+    if any(id(scope) in reach.scopes for scope in sc.scopes):
+        return "can be cancelled by running code that holds its cancel scope or nursery"
+    if not sc.known:
+        return "may have a deadline (trio's cancel scopes could not be read)"
+    comes = _deadline_comes(sc.deadline, reach, timeout_left)
+    if comes is not None:
+        return comes
+    wait = blocked.wait
+    kind, obj = wait.kind, wait.obj
+    if kind is WaitKind.UNKNOWN:
+        return (
+            "waits on something the detector does not know, while other code runs"
+            if (code_runs)
+            else None
+        )
+    if kind is WaitKind.SLEEP:
+        return None
+    if obj is None:
+        return "waits on an object the detector could not read"
+    if kind is WaitKind.NURSERY:
+        children = obj.child_tasks
+        if all(_runs(child, waits, woken) for child in children):
+            return "waits for children that can all run"
+        return None
+    if kind is WaitKind.LOCK:
+        owner = obj.statistics().owner
+        if owner is None or _runs(owner, waits, woken):
+            return "waits on a Lock whose owner can run"
+        return None
+    if kind is WaitKind.LIMITER:
+        borrowers = obj.statistics().borrowers
+        if obj in reach or any(_runs(b, waits, woken) for b in borrowers):
+            return "waits on a CapacityLimiter that running code can release"
+        return None
+    if kind is WaitKind.EVENT and obj.is_set():
+        return "waits on an Event that is set"
+    if kind in (WaitKind.EVENT, WaitKind.SEMAPHORE, WaitKind.CONDITION, WaitKind.LOT):
+        return f"waits on {kind.value} that running code can reach" if obj in reach else None
+    return _channel_waker(kind, obj, reach)
+
+
+def _channel_waker(kind: WaitKind, obj: Any, reach: Reach) -> str | None:
+    if kind in (WaitKind.MEMORY_RECEIVE, WaitKind.MEMORY_SEND):
+        state = obj._state
+        receiving = kind is WaitKind.MEMORY_RECEIVE
+        if receiving and (state.data or not state.open_send_channels):
+            return "waits on a memory channel that has data or no sender left"
+        if not receiving and not state.open_receive_channels:
+            return "sends on a memory channel with no receiver left"
+        want = trio.MemorySendChannel if receiving else trio.MemoryReceiveChannel
+        for handle in reach.handles:
+            if type(handle) is want and handle._state is state and not handle._closed:
+                return "waits on a memory channel whose other end running code holds"
+        return None
+    receiving = kind is WaitKind.TETHER_RECEIVE
+    if receiving and not obj.live:
+        return "waits on a tether channel with no sender left"
+    for handle in reach.handles:
+        state = _state_of(handle)
+        if state is not obj:
+            continue
+        strong = getattr(handle, "_key", None) is not None
+        weak = hasattr(handle, "upgrade") and bool(obj.live)
+        is_sender = hasattr(handle, "_key") or hasattr(handle, "upgrade")
+        if receiving and is_sender and (strong or weak):
+            return "waits on a tether channel whose sender running code holds"
+        if not receiving and not is_sender:
+            return "sends on a tether channel whose receiver running code holds"
+    return None
+
+
+def _state_of(handle: Any) -> Any:
+    for name in ("_shared", "_chan", "_state"):
+        state = getattr(handle, name, None)
+        if state is not None:
+            return state
+    return None
+
+
+def _deadline_comes(deadline: float, reach: Reach, timeout_left: float) -> str | None:
+    if math.isinf(deadline):
+        return None
+    clock = trio.lowlevel.current_clock()
+    if isinstance(clock, trio.testing.MockClock):
+        if clock.autojump_threshold < math.inf:
+            return "has a deadline, and the MockClock autojumps"
+        if clock.rate > 0:
+            left = (deadline - clock.current_time()) / clock.rate
+            return f"has a deadline in {left:.1f}s" if left <= timeout_left else None
+        if clock in reach:
+            return "has a deadline, and running code can jump the MockClock"
+        return None
+    left = deadline - trio.current_time()
+    return f"has a deadline in {max(left, 0):.1f}s" if left <= timeout_left else None
+
+
+def _endless(blocked: Blocked, reach: Reach, timeout_left: float) -> bool:
+    """Whether the task sleeps for good, not merely until a deadline after the timeout."""
+    if blocked.wait.kind is WaitKind.NURSERY:
+        return False
+    if blocked.wait.kind is not WaitKind.SLEEP:
+        return True
+    deadline = blocked.scopes.deadline
+    return math.isinf(deadline) or _deadline_comes(deadline, reach, math.inf) is None
+
+
+def _signal_handlers() -> dict[str, Any]:
+    """The Python signal handlers that are not trio's or the interpreter's own."""
+    found = {}
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (ValueError, OSError):
+            continue
+        if not callable(handler) or handler is signal.default_int_handler:
+            continue
+        code = getattr(handler, "__code__", None)
+        if isinstance(code, types.CodeType) and "/trio/" in code.co_filename.replace("\\", "/"):
+            continue
+        found[signal.Signals(sig).name] = handler
+    return found
