@@ -4,24 +4,22 @@ on; a hard timeout says why no deadlock was declared.
 
 Go's runtime says "all goroutines are asleep - deadlock!" and its leak profile finds goroutines
 blocked on what nothing can reach; trio cannot in general (trio issues 182 and 1085). A test
-can. The detector is an instrument and a watchdog thread. Every quarter cushion the thread marks
-a check due and, if the run loop sits in a wait that an early wake-up cannot disturb (not a
-``wait_all_tasks_blocked`` cushion, not an autojump), wakes it with ``run_sync_soon``. The check
-runs in ``after_io_wait``, inside the run: tasks whose await frames have not moved for a whole
-cushion are handed to ``analyse`` (``_verdict``), which decides by reachability which of them
-nothing could ever wake, even while other tasks run, sleep or wait on sockets. The check costs
+can. The detector is a tick of the one watchdog thread (``_watchdog``): every quarter cushion
+it hands the run a check through ``run_sync_soon``, unless the wake-up would disturb a
+``wait_all_tasks_blocked`` cushion or an autojump threshold. The check runs inside the run:
+tasks whose await frames have not moved for a whole cushion are handed to ``analyse``
+(``_verdict``), which decides by reachability which of them nothing could ever wake, even while
+other tasks run, sleep or wait on sockets. No instrument is installed, so the run loop pays
+nothing per turn. The check costs
 at most a twentieth of the time between checks. The hard timeout is the same thread, never a
 trio deadline (a deadline would make every deadlocked run look alive).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import signal
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -33,20 +31,24 @@ import trio.testing
 from ._report import deadlock_report, timeout_report
 from ._verdict import analyse
 from ._waits import await_chain, classify, frame_of
+from ._watchdog import WATCHDOG
 
 _TRIO = os.path.dirname(trio.__file__)
 _RUN: Any = sys.modules["trio._core._run"]
-KNOWS_TRIO = hasattr(_RUN, "setup_runner") and all(
-    os.path.exists(os.path.join(_TRIO, *path))
-    for path in (("_threads.py",), ("_signals.py",), ("_core", "_run.py"))
+KNOWS_TRIO = (
+    hasattr(_RUN, "setup_runner")
+    and hasattr(getattr(_RUN, "Runner", None), "close")
+    and all(
+        os.path.exists(os.path.join(_TRIO, *path))
+        for path in (("_threads.py",), ("_signals.py",), ("_core", "_run.py"))
+    )
 )
 """Whether trio is laid out as the detector expects (trio 0.25 to 0.35 at least): where it
 starts a run and where its thread and signal waits live. Without it the plugin turns deadlock
 detection off and says so (the hard timeout still works)."""
 
 WATCHED: set[int] = set()
-"""ids of the TrioTokens of the runs a detector watches now (one detector per run)."""
-_THREADS: set[int] = set()
+"""ids of the trio runners a detector watches now (one detector per run)."""
 
 
 class Deadlock(Exception):
@@ -60,10 +62,10 @@ class TimedOut(Exception):
 
 
 def _nothing() -> None:
-    """What the watchdog hands the run to wake it."""
+    """What a stopped detector calls on failure."""
 
 
-class DeadlockDetector(trio.abc.Instrument):
+class DeadlockDetector:
     """Watches one trio run; ``failure`` is set with the error the run then fails with."""
 
     def __init__(self, cushion: float = 1.0, timeout: float | None = None) -> None:
@@ -80,11 +82,8 @@ class DeadlockDetector(trio.abc.Instrument):
         self._attached = False
         self._on_failure: Callable[[], object] = _nothing
         self._started = time.monotonic()
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._due = self._timed_out = self._in_wait = self._wakeable = False
-        self._waits = 0
+        self._timed_out = False
+        self._step = 0.25
         self._first: weakref.WeakKeyDictionary[trio.lowlevel.Task, tuple[tuple[int, ...], float]]
         self._first = weakref.WeakKeyDictionary()
         self._cleared: frozenset[tuple[int, ...]] = frozenset()
@@ -99,114 +98,88 @@ class DeadlockDetector(trio.abc.Instrument):
 
     @property
     def step(self) -> float:
-        return max(min(self.cushion / 4, 0.25), 0.005)
+        """How often the watchdog ticks this detector: a quarter cushion, at most 0.25 s."""
+        return self._step
 
     # -- engagement ----------------------------------------------------------------------------
 
     def attach(self, runner: Any) -> None:
-        """Watch the run ``runner`` is about to start, from its first to its last tick (outside
-        the run: the plugin's hook on trio's ``setup_runner``)."""
+        """Watch the run ``runner`` is about to start until ``finish`` (outside the run: the
+        plugin's hooks on trio's ``setup_runner`` and ``Runner.close``)."""
         self._runner = runner
         self._attached = True
-        runner.instruments.add_instrument(self)
+        self._begin(self._cancel_run)
 
     def start(self, on_failure: Callable[[], object]) -> None:
         """Watch the current run from now until ``stop``; ``on_failure`` is called (in the run)
         once ``failure`` is set."""
         self._runner = getattr(_RUN.GLOBAL_RUN_CONTEXT, "runner", None)
-        trio.lowlevel.add_instrument(self)
         self._begin(on_failure)
 
     def stop(self) -> None:
         """Stop watching (idempotent)."""
         self._end()
         self._runner = None
-        with contextlib.suppress(KeyError, RuntimeError):
-            trio.lowlevel.remove_instrument(self)
+
+    def finish(self) -> None:
+        """The attached run is closing (``Runner.close``): stop, and make a failure the run's
+        outcome."""
+        self._end()
+        if self.failure is not None and self._runner is not None:
+            from outcome import Error
+
+            self._runner.main_task_outcome = Error(self.failure)
+        self._runner = None  # it holds the run's result, which the test may mean to drop
 
     def _begin(self, on_failure: Callable[[], object]) -> None:
         self._on_failure = on_failure
+        self._step = max(min(self.cushion / 4, 0.25), 0.005)
         self._started = time.monotonic()
-        self._token = trio.lowlevel.current_trio_token()
-        WATCHED.add(id(self._token))
-        self._thread = threading.Thread(target=self._watch, name="tether deadlock detector")
-        self._thread.daemon = True
-        self._thread.start()
+        WATCHED.add(id(self._runner))
+        WATCHDOG.add(self)
 
     def _end(self) -> None:
-        self._stop.set()
-        if self._token is not None:
-            WATCHED.discard(id(self._token))
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-
-    # -- the instrument: called by trio's run loop ---------------------------------------------
-
-    def before_run(self) -> None:
-        if not self._attached:
-            return
-        if getattr(self._runner, "is_guest", False):
-            # A guest run (anyio's test runner) outlives the test: it is watched from inside,
-            # one test at a time, by the plugin's wrapper.
-            self._attached = False
-            return
-        self._begin(self._cancel_run)
+        WATCHDOG.discard(self)
+        self._on_failure = _nothing  # a bound method of ours would make us cyclic garbage
+        WATCHED.discard(id(self._runner))
 
     def _cancel_run(self) -> None:
         nursery = getattr(self._runner, "system_nursery", None)
         if nursery is not None:
             nursery.cancel_scope.cancel()
 
-    def after_run(self) -> None:
-        if not self._attached:
-            return
-        self._end()
-        if self.failure is not None:
-            from outcome import Error
-
-            self._runner.main_task_outcome = Error(self.failure)
-        self._runner = None  # it holds the run's result, which the test may mean to drop
-
-    def before_io_wait(self, timeout: float) -> None:
-        self._waits += 1
-        self._in_wait = True
-        if timeout >= self.step and self.deadlocks:
-            runner = self._runner
-            self._wakeable = not getattr(runner, "waiting_for_idle", True) and (
-                timeout != getattr(runner, "clock_autojump_threshold", timeout)
-            )
-        else:
-            self._wakeable = False
-
-    def after_io_wait(self, timeout: float) -> None:
-        self._in_wait = False
-        if self._due and self._token is not None:
-            self._due = False
-            self._check()
-
     # -- the watchdog thread -------------------------------------------------------------------
 
-    def _watch(self) -> None:
-        # Signals belong to the main thread (tether.signals reads them from a signalfd there).
-        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-        _THREADS.add(threading.get_ident())
+    def tick(self) -> None:
+        """Called by the watchdog thread every ``step``: note the timeout and hand the run a
+        check, unless that would disturb a wait that must elapse undisturbed."""
+        runner = self._runner
+        queue = getattr(runner, "entry_queue", None)
+        if queue is None or getattr(queue, "done", False):
+            WATCHDOG.discard(self)  # the run is over (it outlived the hook that would say so)
+            return
+        if self._attached and getattr(runner, "is_guest", False):
+            # A guest run (anyio's test runner) outlives the test: it is watched from inside,
+            # one test at a time, by the plugin's wrapper.
+            self._end()
+            return
+        if self.timeout is not None and time.monotonic() - self._started > self.timeout:
+            self._timed_out = True
+        elif not (self.deadlocks and self._undisturbed(runner)):
+            return
         try:
-            seen = -1
-            while not self._stop.wait(self.step):
-                if self.timeout is not None and time.monotonic() - self._started > self.timeout:
-                    self._timed_out = True
-                self._due = True
-                waits = self._waits
-                if self._in_wait and waits == seen and (self._wakeable or self._timed_out):
-                    assert self._token is not None
-                    try:
-                        self._token.run_sync_soon(_nothing, idempotent=True)
-                    except trio.RunFinishedError:
-                        return
-                seen = waits
-        finally:
-            _THREADS.discard(threading.get_ident())
+            queue.run_sync_soon(self._check, idempotent=True)
+        except trio.RunFinishedError:
+            WATCHDOG.discard(self)
+
+    def _undisturbed(self, runner: Any) -> bool:
+        """Whether waking the run now disturbs nothing: no task waits in
+        ``wait_all_tasks_blocked``, and no autojump threshold long enough to be reset by a
+        wake-up is counting (each must elapse with the run idle)."""
+        if getattr(runner, "waiting_for_idle", True):
+            return False
+        threshold = getattr(runner, "clock_autojump_threshold", math.inf)
+        return not self._step <= threshold < math.inf
 
     # -- the check, inside the run -------------------------------------------------------------
 
@@ -240,7 +213,7 @@ class DeadlockDetector(trio.abc.Instrument):
             blocked = {t: classify(t, [frame_of(o) for o in chains[t]]) for t in settled}
             left = math.inf if self.timeout is None else self.timeout - (now - self._started)
             verdict = analyse(
-                chains, blocked, skip_threads=set(_THREADS), timeout_left=left,
+                chains, blocked, skip_threads={WATCHDOG.ident or 0}, timeout_left=left,
                 extra_roots=self._queued(),
             )  # fmt: skip
             self.analyses += 1
@@ -252,7 +225,7 @@ class DeadlockDetector(trio.abc.Instrument):
             self._backoff = min(self._backoff, 8 * self.cushion)
             self._cleared, self._cleared_until = signature, now + self._backoff
         finally:
-            self._next_check = now + max(self.step, 20 * (time.monotonic() - now))
+            self._next_check = now + max(self._step, 20 * (time.monotonic() - now))
 
     def _settle(
         self, chains: dict[trio.lowlevel.Task, list[Any]], runq: set[Any], now: float
@@ -276,7 +249,7 @@ class DeadlockDetector(trio.abc.Instrument):
         """Callbacks threads have queued for the run: code about to run."""
         queue = getattr(self._runner, "entry_queue", None)
         jobs = [*getattr(queue, "queue", ()), *getattr(queue, "idempotent_queue", {})]
-        return [job for job in jobs if not (isinstance(job, tuple) and job[:1] == (_nothing,))]
+        return [job for job in jobs if not (isinstance(job, tuple) and _ours(job[0]))]
 
     def _timeout_message(self) -> str:
         chains = {t: [obj for obj, _ in await_chain(t)] for t in _all_tasks()}
@@ -289,6 +262,10 @@ class DeadlockDetector(trio.abc.Instrument):
     def _fail(self, failure: Exception) -> None:
         self.failure = failure
         self._on_failure()
+
+
+def _ours(fn: object) -> bool:
+    return isinstance(getattr(fn, "__self__", None), DeadlockDetector)
 
 
 def _all_tasks() -> list[trio.lowlevel.Task]:

@@ -2,11 +2,13 @@
 coroutine test that runs inside a run already going.
 
 trio starts every run, ``trio.run`` and guest runs alike, through ``setup_runner`` in
-``trio._core._run``: ``trio.testing.trio_test``, pytest-trio, qtrio and a sync test calling
-``trio.run`` (under any name it was imported as) all do. While a test runs, the plugin wraps
-that function so each new runner gets a detector attached before its first tick. anyio's trio
-backend starts one guest run that outlives the test; a coroutine test there is watched from
-inside by ``watched``, which does nothing if its run is already watched or is not trio's.
+``trio._core._run``, and ends it in ``Runner.close``: ``trio.testing.trio_test``, pytest-trio,
+qtrio and a sync test calling ``trio.run`` (under any name it was imported as) all do. While a
+test runs, the plugin wraps both, so each new runner gets a detector attached before it starts
+and detached as it closes (no instrument, which a test inspecting its run could notice).
+anyio's trio backend starts one guest run that outlives the test; a coroutine test there is
+watched from inside by ``watched``, which does nothing if its run is already watched or is not
+trio's.
 """
 
 from __future__ import annotations
@@ -26,19 +28,31 @@ Make = Callable[[], DeadlockDetector]
 @contextlib.contextmanager
 def watching_runs(make: Make) -> Iterator[None]:
     """Attach ``make()`` to every trio run started meanwhile, in any thread."""
-    original = _RUN.setup_runner
+    original, original_close = _RUN.setup_runner, _RUN.Runner.close
+    attached: dict[int, DeadlockDetector] = {}
 
     @functools.wraps(original)
     def setup_runner(*args: Any, **kwargs: Any) -> Any:
         runner = original(*args, **kwargs)
-        make().attach(runner)
+        detector = make()
+        detector.attach(runner)
+        attached[id(runner)] = detector
         return runner
 
-    _RUN.setup_runner = setup_runner
+    @functools.wraps(original_close)
+    def close(runner: Any) -> None:
+        try:
+            original_close(runner)
+        finally:
+            detector = attached.pop(id(runner), None)
+            if detector is not None:
+                detector.finish()
+
+    _RUN.setup_runner, _RUN.Runner.close = setup_runner, close
     try:
         yield
     finally:
-        _RUN.setup_runner = original
+        _RUN.setup_runner, _RUN.Runner.close = original, original_close
 
 
 def watched(
@@ -51,10 +65,10 @@ def watched(
     async def watched(*args: Any, **kwargs: Any) -> object:
         __tracebackhide__ = True
         try:
-            token = trio.lowlevel.current_trio_token()
+            trio.lowlevel.current_trio_token()
         except RuntimeError:  # another event loop (anyio's asyncio backend)
             return await test(*args, **kwargs)
-        if id(token) in WATCHED:
+        if id(getattr(_RUN.GLOBAL_RUN_CONTEXT, "runner", None)) in WATCHED:
             return await test(*args, **kwargs)
         detector = make()
         with trio.CancelScope() as scope:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # imported when a test needs them: the plugin loads with ever
 _FIXTURE = "deadlock_detector"
 _WARNED: set[str] = set()
 _COUNTS = {"tests": 0, "runs": 0}
+_SETTINGS = pytest.StashKey[tuple[bool, "float | None"]]()
 """How many tests had a trio run watched, and how many runs: the terminal summary says."""
 
 
@@ -143,6 +144,35 @@ def _maker(item: pytest.Item) -> Make | None:
     """
     if "trio" not in sys.modules:
         return None
+    settings = item.stash.get(_SETTINGS, None)
+    if settings is None:
+        settings = item.stash[_SETTINGS] = _settings(item)
+    deadlock, timeout = settings
+    if not deadlock and timeout is None:
+        return None
+    from ._deadlock import DeadlockDetector
+
+    used: list[DeadlockDetector] = []
+
+    def make() -> DeadlockDetector:
+        # The fixture's detector watches the first run, so the test's settings take effect;
+        # Hypothesis runs the test many times: one fresh detector each.
+        _COUNTS["runs"] += 1
+        if used:
+            return used[0].fresh()
+        _COUNTS["tests"] += 1
+        template = getattr(item, "funcargs", {}).get(_FIXTURE)
+        if not isinstance(template, DeadlockDetector):
+            template = DeadlockDetector(_cushion(item.config), timeout)
+        template.deadlocks = deadlock
+        used.append(template)
+        return template
+
+    return make
+
+
+def _settings(item: pytest.Item) -> tuple[bool, float | None]:
+    """Whether to look for deadlocks in this test, and its timeout."""
     config = item.config
     if item.get_closest_marker("no_deadlock_check") is not None:
         deadlock = False
@@ -152,45 +182,24 @@ def _maker(item: pytest.Item) -> Make | None:
             or item.get_closest_marker("deadlock_check") is not None
             or _FIXTURE in getattr(item, "fixturenames", ())
         )
-    timeout = _timeout(config)
-    if not deadlock and timeout is None:
-        return None
-    from ._deadlock import KNOWS_TRIO, DeadlockDetector
+    if deadlock:
+        from ._deadlock import KNOWS_TRIO
 
-    if deadlock and not KNOWS_TRIO:
-        import importlib.metadata
+        if not KNOWS_TRIO:
+            import importlib.metadata
 
-        deadlock = False
-        _warn_once(
-            "tether's deadlock detector does not know this trio's layout"
-            f" (trio {importlib.metadata.version('trio')}): deadlock detection is off"
-        )
-        if timeout is None:
-            return None
-    if deadlock and sys.implementation.name != "cpython":
-        _warn_once(
-            f"on {sys.implementation.name}, tether's deadlock detector cannot follow references"
-            " the way it does on CPython: only deadlocks of every task are looked for"
-        )
-    funcargs = getattr(item, "funcargs", {})
-    template = funcargs.get(_FIXTURE)
-    if not isinstance(template, DeadlockDetector):
-        template = DeadlockDetector(_cushion(config), timeout)
-    template.deadlocks = deadlock
-    used: list[bool] = []
-
-    def make() -> DeadlockDetector:
-        # The fixture's detector watches the first run, so the test's settings take effect;
-        # Hypothesis runs the test many times: one fresh detector each.
-        _COUNTS["runs"] += 1
-        if not used:
-            _COUNTS["tests"] += 1
-        if used:
-            return template.fresh()
-        used.append(True)
-        return template
-
-    return make
+            deadlock = False
+            _warn_once(
+                "tether's deadlock detector does not know this trio's layout"
+                f" (trio {importlib.metadata.version('trio')}): deadlock detection is off"
+            )
+        elif sys.implementation.name != "cpython":
+            deadlock = False
+            _warn_once(
+                f"on {sys.implementation.name}, tether's deadlock detector cannot follow"
+                " references as it does on CPython: deadlock detection is off"
+            )
+    return deadlock, _timeout(config)
 
 
 def _warn_once(message: str) -> None:
