@@ -10,15 +10,11 @@ import re
 
 import pytest
 
+from test_testing_plugin import INI as PLUGIN_INI
+
 pytest_plugins = ["pytester"]
 
-INI = """
-[pytest]
-trio_mode = true
-tether_deadlock = true
-tether_deadlock_cushion = 0.3
-tether_timeout = 30
-"""
+INI = PLUGIN_INI + "tether_timeout = 30\n"
 
 DEADLOCKS = """import functools, os, signal, socket, sys, threading, time
 import pytest, trio, trio.testing, tether

@@ -156,7 +156,7 @@ class DeadlockDetector:
         runner = self._runner
         queue = getattr(runner, "entry_queue", None)
         if queue is None or getattr(queue, "done", False):
-            WATCHDOG.discard(self)  # the run is over (it outlived the hook that would say so)
+            self._end()  # the run is over (it outlived the hook that would say so)
             return
         if self._attached and getattr(runner, "is_guest", False):
             # A guest run (anyio's test runner) outlives the test: it is watched from inside,
@@ -170,7 +170,7 @@ class DeadlockDetector:
         try:
             queue.run_sync_soon(self._check, idempotent=True)
         except trio.RunFinishedError:
-            WATCHDOG.discard(self)
+            self._end()
 
     def _undisturbed(self, runner: Any) -> bool:
         """Whether waking the run now disturbs nothing: no task waits in

@@ -27,13 +27,14 @@ if TYPE_CHECKING:  # imported when a test needs them: the plugin loads with ever
 _FIXTURE = "deadlock_detector"
 _WARNED: set[str] = set()
 _COUNTS = {"tests": 0, "runs": 0}
-_SETTINGS = pytest.StashKey[tuple[bool, "float | None"]]()
 """How many tests had a trio run watched, and how many runs: the terminal summary says."""
+_SETTINGS = pytest.StashKey[tuple[bool, "float | None"]]()
+"""Per test: whether to look for deadlocks, and the timeout."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
-        "tether_deadlock", "detect deadlocks in every trio test", type="bool", default=False
+        "tether_deadlock", "detect deadlocks in every trio run", type="bool", default=False
     )
     parser.addini(
         "tether_deadlock_cushion", "seconds every task must sleep before a deadlock", default="1.0"

@@ -3,6 +3,7 @@ trio run costs a set insertion, not a thread start."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Protocol
@@ -60,4 +61,12 @@ class Watchdog:
                 detector.tick()
 
 
+    def _forked(self) -> None:
+        """In a forked child: the thread did not come along, and its lock may be held."""
+        self._lock = threading.Lock()
+        self._active = set()
+        self._thread = self.ident = None
+
+
 WATCHDOG = Watchdog()
+os.register_at_fork(after_in_child=WATCHDOG._forked)
