@@ -155,6 +155,8 @@ class Certificates:
         self._openssl(
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", self.ca_key,
             "-out", self.ca, "-days", "2", "-subj", "/CN=tether test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
         )  # fmt: skip
         # etcd's JSON gateway dials its own gRPC port with the server's certificate.
         self.server, self.server_key = self._issue("server", "127.0.0.1", "serverAuth,clientAuth")
@@ -165,7 +167,13 @@ class Certificates:
     def _issue(self, name: str, cn: str, usage: str) -> tuple[Path, Path]:
         key, csr = self.directory / f"{name}.key", self.directory / f"{name}.csr"
         cert, extensions = self.directory / f"{name}.pem", self.directory / f"{name}.ext"
-        extensions.write_text(f"subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n")
+        # Python 3.13's default context verifies strictly (VERIFY_X509_STRICT): the CA needs
+        # its key usage, a leaf its key identifiers, as a real CA would issue them.
+        extensions.write_text(
+            f"subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\nbasicConstraints=CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+        )
         self._openssl(
             "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
             "-subj", f"/CN={cn}" if cn else "/O=tether test client",
