@@ -357,3 +357,21 @@ def test_a_project_without_trio_pays_nothing(pytester: pytest.Pytester) -> None:
         "-p", "no:cacheprovider", "-p", "no:trio", "-p", "no:anyio", "-q", timeout=120
     )
     result.assert_outcomes(passed=2)
+
+
+PAST_THE_TIMEOUT = """
+import trio
+
+async def test_a_sleep_longer_than_the_timeout():
+    await trio.sleep(5)
+"""
+
+
+def test_a_sleep_past_the_timeout_is_a_timeout_not_a_deadlock(pytester: pytest.Pytester) -> None:
+    pytester.makeini(INI.replace("tether_timeout = 30", "tether_timeout = 2"))
+    pytester.makepyfile(test_it=PAST_THE_TIMEOUT)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=120)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "Deadlock" not in out
+    assert "only sleep until a deadline past the test's timeout" in out, out

@@ -74,7 +74,11 @@ def analyse(
     """Decide which of ``blocked`` (a wait per task asleep a cushion; ``chains`` holds every
     task's await chain) nothing can wake before ``timeout_left`` seconds; ``extra_roots`` are
     callbacks about to run (queued by threads)."""
-    waits = {t: Blocked(w, scopes(t)) for t, w in blocked.items() if not w.kind.external}
+    waits = {
+        t: Blocked(w, scopes(t))
+        for t, w in blocked.items()
+        if not w.kind.external and t.name not in INTERNAL
+    }
     running = [t for t in chains if t not in waits and t.name not in INTERNAL]
     stop = [obj for chain in chains.values() for obj in chain]
     reach = Reach(stop, limit)
