@@ -156,11 +156,9 @@ def _waker(
     wait = blocked.wait
     kind, obj = wait.kind, wait.obj
     if kind is WaitKind.UNKNOWN:
-        return (
-            "waits on something the detector does not know, while other code runs"
-            if (code_runs)
-            else None
-        )
+        if code_runs:
+            return "waits on something the detector does not know, while other code runs"
+        return None
     if kind is WaitKind.SLEEP:
         return None
     if obj is None:
