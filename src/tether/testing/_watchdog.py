@@ -60,7 +60,6 @@ class Watchdog:
             for detector in active:
                 detector.tick()
 
-
     def _forked(self) -> None:
         """In a forked child: the thread did not come along, and its lock may be held."""
         self._lock = threading.Lock()
