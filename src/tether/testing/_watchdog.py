@@ -58,7 +58,10 @@ class Watchdog:
             idle = 0.0 if active else idle + step
             pause.wait(step)
             for detector in active:
-                detector.tick()
+                try:
+                    detector.tick()
+                except Exception:  # noqa: BLE001 - one detector's fault must not stop the rest
+                    self.discard(detector)
 
     def _forked(self) -> None:
         """In a forked child: the thread did not come along, and its lock may be held."""
