@@ -30,16 +30,15 @@ import trio.testing
 
 from ._report import deadlock_report, timeout_report
 from ._verdict import analyse
-from ._waits import await_chain, classify, frame_of
+from ._waits import TRIO_DIR, await_chain, classify, frame_of
 from ._watchdog import WATCHDOG
 
-_TRIO = os.path.dirname(trio.__file__)
 _RUN: Any = sys.modules["trio._core._run"]
 KNOWS_TRIO = (
     hasattr(_RUN, "setup_runner")
     and hasattr(getattr(_RUN, "Runner", None), "close")
     and all(
-        os.path.exists(os.path.join(_TRIO, *path))
+        os.path.exists(os.path.join(TRIO_DIR, *path))
         for path in (("_threads.py",), ("_signals.py",), ("_core", "_run.py"))
     )
 )

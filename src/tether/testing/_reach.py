@@ -59,9 +59,6 @@ class Reach:
     def __contains__(self, obj: object) -> bool:
         return id(obj) in self._seen
 
-    def __len__(self) -> int:
-        return len(self._seen)
-
     def add_chain(self, chain: Iterable[object]) -> None:
         """A task's await chain (its coroutines): each one's locals and stack."""
         roots: list[object] = []
@@ -130,6 +127,16 @@ class Reach:
             if kind in handle_types:
                 self.handles.append(obj)
             stack.extend(gc.get_referents(obj))
+
+
+def state_of(handle: Any) -> Any:
+    """The shared state a channel endpoint belongs to (a tether handle's or a trio memory
+    channel's), or ``None``."""
+    for name in ("_shared", "_chan", "_state"):
+        state = getattr(handle, name, None)
+        if state is not None:
+            return state
+    return None
 
 
 def _full(cell: types.CellType) -> bool:

@@ -11,11 +11,10 @@ from typing import Any
 
 import trio
 
-from ._reach import Reach, TooLarge
+from ._reach import Reach, TooLarge, state_of
 from ._verdict import INTERNAL, Blocked, Verdict
-from ._waits import WaitKind, classify, frame_of, user_frame
+from ._waits import TRIO_DIR, WaitKind, classify, frame_of, user_frame
 
-_TRIO = os.path.dirname(trio.__file__)
 _HERE = os.path.dirname(__file__)
 
 
@@ -33,7 +32,7 @@ def shown(task: trio.lowlevel.Task, chain: list[Any]) -> bool:
     if task.name in INTERNAL or not chain:
         return False
     paths = [frame_of(obj).f_code.co_filename for obj in chain]
-    return not all(p.startswith((_TRIO, _HERE)) or "pytest_trio" in p or "_pytest" in p
+    return not all(p.startswith((TRIO_DIR, _HERE)) or "pytest_trio" in p or "_pytest" in p
                    or f"{os.sep}anyio{os.sep}" in p for p in paths)  # fmt: skip
 
 
@@ -129,7 +128,7 @@ def _tether(kind: WaitKind, state: Any, holders: Holders) -> list[str]:
     from ..channels._handles import StrongHandle
 
     if kind is WaitKind.TETHER_SEND:
-        ends = [h for h in gc.get_referrers(state) if _state_is(h, state) and
+        ends = [h for h in gc.get_referrers(state) if state_of(h) is state and
                 not isinstance(h, StrongHandle) and not hasattr(h, "upgrade")]  # fmt: skip
         out = [f"on {state.label}: its receiver is held by {holders.phrase(h)}" for h in ends]
         return out or [f"on {state.label}: no receiver"]
@@ -145,10 +144,6 @@ def _tether(kind: WaitKind, state: Any, holders: Holders) -> list[str]:
         out.append(f"on {state.label}: held by {name!r} made at {filename}:{line} in "
                    f"{holders.phrase(handle)}")  # fmt: skip
     return out or [f"on {state.label}: no live sender"]
-
-
-def _state_is(handle: Any, state: Any) -> bool:
-    return any(getattr(handle, name, None) is state for name in ("_chan", "_state"))
 
 
 def timeout_report(chains: dict[trio.lowlevel.Task, list[Any]]) -> str:

@@ -23,7 +23,7 @@ import attrs
 import trio
 import trio.testing
 
-from ._reach import Reach, TooLarge
+from ._reach import Reach, TooLarge, state_of
 from ._waits import Scopes, Wait, WaitKind, scopes
 
 INTERNAL = ("<init>", "<TrioToken.run_sync_soon task>")
@@ -202,7 +202,7 @@ def _channel_waker(kind: WaitKind, obj: Any, reach: Reach) -> str | None:
     if receiving and not obj.live:
         return "waits on a tether channel with no sender left"
     for handle in reach.handles:
-        state = _state_of(handle)
+        state = state_of(handle)
         if state is not obj:
             continue
         strong = getattr(handle, "_key", None) is not None
@@ -212,14 +212,6 @@ def _channel_waker(kind: WaitKind, obj: Any, reach: Reach) -> str | None:
             return "waits on a tether channel whose sender running code holds"
         if not receiving and not is_sender:
             return "sends on a tether channel whose receiver running code holds"
-    return None
-
-
-def _state_of(handle: Any) -> Any:
-    for name in ("_shared", "_chan", "_state"):
-        state = getattr(handle, name, None)
-        if state is not None:
-            return state
     return None
 
 

@@ -21,14 +21,14 @@ import attrs
 import trio
 import trio.testing
 
-_TRIO = os.path.dirname(trio.__file__)
+TRIO_DIR = os.path.dirname(trio.__file__)
+"""Where trio's own code lives: its frames are never the line a report names."""
 _TETHER = os.path.dirname(os.path.dirname(__file__))
 
 
 class WaitKind(enum.Enum):
     """What a task waits on."""
 
-    RUNNABLE = "runnable"
     IO = "I/O"
     THREAD = "a thread"
     IDLE = "wait_all_tasks_blocked"
@@ -53,8 +53,7 @@ class WaitKind(enum.Enum):
         return self in _EXTERNAL
 
 
-_EXTERNAL = frozenset({WaitKind.RUNNABLE, WaitKind.IO, WaitKind.THREAD, WaitKind.IDLE,
-                       WaitKind.SIGNAL})  # fmt: skip
+_EXTERNAL = frozenset({WaitKind.IO, WaitKind.THREAD, WaitKind.IDLE, WaitKind.SIGNAL})
 
 
 @attrs.frozen(eq=False)
@@ -107,9 +106,9 @@ def _codes() -> dict[types.CodeType, WaitKind]:
 
 _CODES: dict[types.CodeType, WaitKind] = {}
 _BY_PATH = (
-    (os.path.join(_TRIO, "_core", "_io_"), WaitKind.IO),
-    (os.path.join(_TRIO, "_threads.py"), WaitKind.THREAD),
-    (os.path.join(_TRIO, "_signals.py"), WaitKind.SIGNAL),
+    (os.path.join(TRIO_DIR, "_core", "_io_"), WaitKind.IO),
+    (os.path.join(TRIO_DIR, "_threads.py"), WaitKind.THREAD),
+    (os.path.join(TRIO_DIR, "_signals.py"), WaitKind.SIGNAL),
 )
 _OUTWARD = frozenset({WaitKind.LOT, WaitKind.SLEEP})
 """Kinds that trio's own primitives are built on: look further out for the primitive."""
@@ -137,7 +136,7 @@ def user_frame(frames: list[types.FrameType]) -> types.FrameType | None:
     """The innermost frame outside trio and tether: the line a report names."""
     for frame in reversed(frames):
         path = frame.f_code.co_filename
-        if not path.startswith((_TRIO, _TETHER)):
+        if not path.startswith((TRIO_DIR, _TETHER)):
             return frame
     return frames[-1] if frames else None
 
@@ -164,7 +163,7 @@ def classify(task: trio.lowlevel.Task, frames: list[types.FrameType]) -> Wait:
         if kind is None:
             kind = next((k for prefix, k in _BY_PATH if path.startswith(prefix)), None)
         if kind is None:
-            if not path.startswith((_TRIO, _TETHER)):
+            if not path.startswith((TRIO_DIR, _TETHER)):
                 break  # user code: no trio primitive is further out
             continue
         if kind.external:
