@@ -10,12 +10,13 @@ while it runs (``open``).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import math
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -97,20 +98,13 @@ class Tools:
     ) -> T:
         call = await self.transcript.tool_call(name, args)
         activity = ToolActivity()
-        self.open[call.id] = OpenTool(call, activity, None)
-        token = _CURRENT.set(activity)
-        try:
-            with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
-                output = await fn()
-        except trio.Cancelled:
-            await self._answer(call, None, "aborted", self._cancelled())
-            raise
-        except Exception as exc:
-            await self._answer(call, f"{type(exc).__name__}: {exc}", "error")
-            raise
-        finally:
-            _CURRENT.reset(token)
-            self.open.pop(call.id, None)
+        async with self._running(call, activity, None):
+            token = _CURRENT.set(activity)
+            try:
+                with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
+                    output = await fn()
+            finally:
+                _CURRENT.reset(token)
         if scope.cancelled_caught:
             await self._answer(call, None, "aborted", f"timed out after {timeout:g} s")
             raise trio.TooSlowError(f"tool {name} timed out after {timeout:g} s")
@@ -127,7 +121,6 @@ class Tools:
             threshold = await self._threshold(name)
         stops = OnStall(kwargs.get("on_stall", OnStall.STOP)) is OnStall.STOP
         activity = ToolActivity()
-        self.open[call.id] = OpenTool(call, activity, threshold)
 
         async def stalled(stall: ToolStall) -> None:
             data = {"call": call.id, "tool": name, "silence": round(stall.silence, 3),
@@ -135,19 +128,11 @@ class Tools:
                     "waits": list(stall.waits)}  # fmt: skip
             await self.transcript.event("tool_stalled", data)
 
-        try:
+        async with self._running(call, activity, threshold):
             result = await self.children.run(
                 argv, stall_after=threshold.seconds, activity=activity, stalled=stalled,
                 name=name, **kwargs,
             )  # fmt: skip
-        except trio.Cancelled:
-            await self._answer(call, None, "aborted", self._cancelled())
-            raise
-        except Exception as exc:
-            await self._answer(call, f"{type(exc).__name__}: {exc}", "error")
-            raise
-        finally:
-            self.open.pop(call.id, None)
         await self._record(call, name, result, threshold, stopped=stops and result.stalled)
         if check and result.failed:
             raise ToolFailed(result)
@@ -162,9 +147,12 @@ class Tools:
         elif shutdown is not None and result.returncode is not None and result.returncode < 0:
             outcome, why = "aborted", shutdown  # the harness's own stop ended it
         elif stopped:
-            outcome, why = "stalled", (
-                f"stalled after {result.max_silence:.0f} s without progress"
-                f" (threshold {threshold.seconds:g} s from {threshold.source})"
+            outcome, why = (
+                "stalled",
+                (
+                    f"stalled after {result.max_silence:.0f} s without progress"
+                    f" (threshold {threshold.seconds:g} s from {threshold.source})"
+                ),
             )
         else:
             outcome, why = "ok", None
@@ -202,6 +190,24 @@ class Tools:
         if result.stalled:
             record["stalled"] = True
         return record
+
+    @contextlib.asynccontextmanager
+    async def _running(
+        self, call: ToolCall, activity: ToolActivity, threshold: Threshold | None
+    ) -> AsyncIterator[None]:
+        """The call is open while the block runs; a block that fails answers the call first
+        (``aborted`` if cancelled, ``error`` otherwise), so no call is left unanswered."""
+        self.open[call.id] = OpenTool(call, activity, threshold)
+        try:
+            yield
+        except trio.Cancelled:
+            await self._answer(call, None, "aborted", self._cancelled())
+            raise
+        except Exception as exc:
+            await self._answer(call, f"{type(exc).__name__}: {exc}", "error")
+            raise
+        finally:
+            self.open.pop(call.id, None)
 
     def _cancelled(self) -> str:
         return self._reason() or "cancelled while the tool ran"
