@@ -171,19 +171,24 @@ def interpreter_floor(cycles: int) -> list[float]:
     return floor
 
 
+async def start_sessions(agentd: Agentd, count: int) -> None:
+    """Start sessions ``s0`` to ``s{count-1}``, 16 at a time."""
+    limit = trio.CapacityLimiter(16)
+
+    async def start(index: int) -> None:
+        async with limit:
+            await agentd.start_agent(f"s{index}")
+
+    async with trio.open_nursery() as nursery:
+        for index in range(count):
+            nursery.start_soon(start, index)
+
+
 async def many_sessions(workdir: Path, count: int) -> tuple[float, float]:
     async with SqliteEpochStore(workdir / "epochs.sqlite3") as store:
         agentd = Agentd(store, workdir / "agentd.sock", [sys.executable, "-c", MINI], heartbeat=1.0)
         async with agentd.running(stop_harnesses=True):
-            limit = trio.CapacityLimiter(16)
-
-            async def start(index: int) -> None:
-                async with limit:
-                    await agentd.start_agent(f"s{index}")
-
-            async with trio.open_nursery() as nursery:
-                for index in range(count):
-                    nursery.start_soon(start, index)
+            await start_sessions(agentd, count)
             assert len(agentd.attached()) == count
             await trio.sleep(2.0)  # let the spawning settle
             me = psutil.Process()
@@ -211,15 +216,7 @@ async def activity_cost(workdir: Path, count: int, windows: int = 8) -> tuple[fl
             store, workdir / "agentd.sock", [sys.executable, "-c", MINI], heartbeat=1.0, env=env
         )
         async with agentd.running(stop_harnesses=True):
-            limit = trio.CapacityLimiter(16)
-
-            async def start(index: int) -> None:
-                async with limit:
-                    await agentd.start_agent(f"s{index}")
-
-            async with trio.open_nursery() as nursery:
-                for index in range(count):
-                    nursery.start_soon(start, index)
+            await start_sessions(agentd, count)
             await trio.sleep(2.0)
             me = psutil.Process()
             for window in range(windows):
