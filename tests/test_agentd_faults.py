@@ -82,9 +82,7 @@ async def ps(socket_path: Path) -> list[dict[str, Any]]:
 
 HOSTILE_FRAMES = [
     frame(b"[" * 1000 + b"]" * 1000),
-    frame(
-        b'{"type":"hello","session":"s","epoch":1,"pid":1,"create_time":' + b"9" * 400 + b"}"
-    ),
+    frame(b'{"type":"hello","session":"s","epoch":1,"pid":1,"create_time":' + b"9" * 400 + b"}"),
     frame(b'{"type":"control","op":' + b"[" * 5000 + b"]" * 5000 + b"}"),
     frame(b'{"type":[],"op":"ps"}'),
     frame(b'{"type":"control","op":"ps","session":{"a":1}}'),
@@ -579,11 +577,10 @@ async def test_row_13_self_respawn_keeps_to_the_restart_limit(directory: Path) -
             await wait_until(lambda: not daemon.wedge.exists())
             phantoms = sum(r["kind"] == "phantom" for r in events(directory, session))
             await wait_until(
-                lambda phantoms=phantoms: sum(
-                    r["kind"] == "phantom" for r in events(directory, session)
-                )
-                > phantoms
-                or daemon.agentd.status()[0].state == "failed",
+                lambda phantoms=phantoms: (
+                    sum(r["kind"] == "phantom" for r in events(directory, session)) > phantoms
+                    or daemon.agentd.status()[0].state == "failed"
+                ),
                 timeout=10,
             )
         await wait_until(lambda: daemon.agentd.status()[0].state == "failed", timeout=10)

@@ -53,9 +53,44 @@ async def test_a_tool_call_is_on_disk_when_it_returns(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr:
         call = await tr.tool_call("rm", {"path": "/tmp/x"})
-        on_disk = path.read_bytes().splitlines()
-        assert json.loads(on_disk[-1])["id"] == call.id
+        assert scan(path.read_bytes()).entries[-1].id == call.id
         assert tr.dangling() == [call]
+
+
+async def test_a_live_transcript_reserves_space_and_a_closed_one_is_plain_lines(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        calls = [await tr.tool_call("tool", {"i": i}) for i in range(3)]
+        live = path.read_bytes()
+        found = scan(live)
+        assert found.intact, "the reserved tail was taken for damage"
+        assert [e.id for e in found.entries] == [c.id for c in calls]
+        assert len(live) > found.size
+        assert not live[found.size :].strip(b"\0")
+    closed = path.read_bytes()
+    assert closed == live[: found.size]
+    assert [json.loads(line)["id"] for line in closed.splitlines()] == [c.id for c in calls]
+
+
+async def test_reserve_zero_grows_the_file_with_each_append(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path, reserve=0) as tr:
+        await tr.tool_call("tool", {})
+        assert path.read_bytes().endswith(b"}\n")
+
+
+async def test_a_zero_tail_left_by_a_killed_writer_is_the_end_not_damage(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        calls = [await tr.tool_call("tool", {"i": i}) for i in range(3)]
+    path.write_bytes(path.read_bytes() + bytes(5000))  # what a writer killed while open leaves
+    async with await Transcript.open(path) as tr:
+        assert tr.repair is None
+        assert [e.id for e in tr.entries] == [c.id for c in calls]
+        call = await tr.tool_call("after", {})
+    assert [e.id for e in scan(path.read_bytes()).entries][-1] == call.id
 
 
 async def test_resume_seals_every_dangling_call_with_the_reason(tmp_path: Path) -> None:
@@ -246,7 +281,11 @@ def test_any_cut_or_torn_tail_reopens_to_an_exact_prefix(
     original = path.read_bytes()
     cut = data.draw(st.integers(0, len(original)), label="cut")
     tail = data.draw(st.binary(max_size=40).filter(lambda b: b"\n" not in b), label="tail")
-    damaged = original[:cut] + tail
+    # A writer killed while it reserved space, or after, leaves zeros of any length, and a
+    # page written back out of order may sit among them.
+    zeros = bytes(data.draw(st.integers(0, 9000), label="zeros"))
+    stray = data.draw(st.binary(max_size=20).filter(lambda b: b"\n" not in b), label="stray")
+    damaged = original[:cut] + tail + zeros + (stray + zeros if stray.strip(b"\0") else b"")
     path.write_bytes(damaged)
     complete = original[:cut].count(b"\n")  # the entries whose whole line survived the cut
 
@@ -260,13 +299,13 @@ def test_any_cut_or_torn_tail_reopens_to_an_exact_prefix(
     assert ids == [c.id for c in calls[:complete]]
     kept = original[: original[:cut].rfind(b"\n") + 1] if complete else b""
     moved = quarantine.read_bytes() if quarantine else b""
-    assert kept + moved == damaged, "bytes were lost or invented"
+    assert kept + moved == damaged.rstrip(b"\0"), "bytes were lost or invented"
 
 
 WRITER = """
     import sys, trio, tether
     async def main():
-        async with await tether.Transcript.open(sys.argv[1]) as tr:
+        async with await tether.Transcript.open(sys.argv[1], reserve=int(sys.argv[3])) as tr:
             for i in range(100_000):
                 call = await tr.tool_call("tool", {"i": i, "blob": "x" * int(sys.argv[2])})
                 print(call.id, flush=True)
@@ -274,11 +313,24 @@ WRITER = """
 """
 
 
-@pytest.mark.parametrize("acks", [1, 7, 30])
-async def test_kill_9_mid_stream_keeps_every_acknowledged_call(tmp_path: Path, acks: int) -> None:
+@pytest.mark.parametrize(
+    ("acks", "blob", "reserve"),
+    [
+        (1, 200_000, 1 << 20),
+        (7, 200_000, 1 << 20),
+        (30, 200_000, 1 << 20),
+        # A reserve smaller than a line: nearly every append reserves, so the kill lands
+        # during a reservation as often as during a write.
+        (40, 100, 64),
+        (400, 100, 64),
+    ],
+)
+async def test_kill_9_mid_stream_keeps_every_acknowledged_call(
+    tmp_path: Path, acks: int, blob: int, reserve: int
+) -> None:
     path = tmp_path / "t.jsonl"
     writer = subprocess.Popen(
-        python(WRITER, str(path), "200000"), stdout=subprocess.PIPE, text=True
+        python(WRITER, str(path), str(blob), str(reserve)), stdout=subprocess.PIPE, text=True
     )
     try:
         assert writer.stdout is not None
@@ -290,6 +342,9 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_call(tmp_path: Path, a
         ids = [e.id for e in tr.entries if isinstance(e, ToolCall)]
         assert ids[:acks] == acknowledged
         assert all(isinstance(e, ToolCall | Event) for e in tr.entries)
+        if tr.repair is not None:
+            assert tr.repair.reason.startswith("a torn last line")
+            assert b"\0" not in Path(tr.repair.quarantine).read_bytes(), "zeros were damage"
 
 
 async def test_concurrent_writers_in_one_process_serialize(tmp_path: Path) -> None:

@@ -151,4 +151,3 @@ def _rotated(handle: Any, path: str) -> bool:
         return os.stat(path).st_ino != os.fstat(handle.fileno()).st_ino
     except FileNotFoundError:
         return False
-

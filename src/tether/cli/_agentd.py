@@ -87,9 +87,7 @@ def add_command(commands: Any) -> None:
         "--restart-limit", type=positive(int), default=5,
         help="restarts within --restart-window that fail a session",
     )  # fmt: skip
-    daemon.add_argument(
-        "--restart-window", type=positive(float), default=60.0, help="seconds"
-    )
+    daemon.add_argument("--restart-window", type=positive(float), default=60.0, help="seconds")
     daemon.add_argument(
         "--start-timeout", type=positive(float), default=10.0,
         help="seconds a new harness has to say hello, counted from its turn to start",
@@ -185,9 +183,7 @@ def _password(args: argparse.Namespace) -> str:
             raise CliError(EX_NOINPUT, f"cannot read the etcd password: {exc}") from None
     password = os.environ.get("TETHER_ETCD_PASSWORD")
     if password is None:
-        raise CliError(
-            EX_USAGE, "--etcd-user needs --etcd-password-file or $TETHER_ETCD_PASSWORD"
-        )
+        raise CliError(EX_USAGE, "--etcd-user needs --etcd-password-file or $TETHER_ETCD_PASSWORD")
     return password
 
 

@@ -169,4 +169,3 @@ def _event_line(event: dict[str, Any]) -> str:
     if event.get("detail"):
         parts.append(event["detail"])
     return " ".join(str(part) for part in parts)
-

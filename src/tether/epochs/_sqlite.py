@@ -19,10 +19,11 @@ import os
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from os import PathLike
 from typing import TypeVar
 
+from .._batch import GroupCommit
 from .._sqlite import SqliteFile, immediate
 from ._store import (
     FencedStore,
@@ -86,9 +87,7 @@ def _upgrade(db: sqlite3.Connection) -> None:
             db.execute("ALTER TABLE records ADD COLUMN extra TEXT")
         if "settled_at" not in _columns(db, "outbox"):
             db.execute("ALTER TABLE outbox ADD COLUMN settled_at REAL")
-            db.execute(
-                "UPDATE outbox SET settled_at = ? WHERE outcome IS NOT NULL", (time.time(),)
-            )
+            db.execute("UPDATE outbox SET settled_at = ? WHERE outcome IS NOT NULL", (time.time(),))
         db.execute(
             "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE outcome IS NULL"
         )
@@ -132,6 +131,7 @@ class SqliteEpochStore(SqliteFile, FencedStore):
         super().__init__(path, busy_timeout=busy_timeout, upgrade=_upgrade)
         self.keep_settled = keep_settled
         self._identity: str | None = None
+        self._bumps: GroupCommit[str, int] = GroupCommit(self._bump_all)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
@@ -140,12 +140,14 @@ class SqliteEpochStore(SqliteFile, FencedStore):
             raise StoreUnavailable(os.fspath(self.path), f"{type(exc).__name__}: {exc}") from exc
 
     async def bump(self, session: str) -> int:
-        """Issue the next epoch of ``session`` (1 for a new one), durably, in one transaction."""
+        """Issue the next epoch of ``session`` (1 for a new one), durably. Bumps made while
+        another is committing share the next transaction (one sync of the disk for all)."""
+        return await self._bumps.submit(session)
 
-        def bump(db: sqlite3.Connection) -> int:
+    async def _bump_all(self, sessions: Sequence[str]) -> list[int]:
+        def bump(db: sqlite3.Connection) -> list[int]:
             with immediate(db):
-                (epoch,) = db.execute(_BUMP, (session,)).fetchone()
-            return int(epoch)
+                return [int(db.execute(_BUMP, (s,)).fetchone()[0]) for s in sessions]
 
         return await self._run(bump)
 
@@ -232,9 +234,7 @@ class SqliteEpochStore(SqliteFile, FencedStore):
                     " WHERE session = ? AND id = ? AND outcome IS NULL",
                     (outcome, now, session, prompt_id),
                 )
-                db.execute(
-                    "DELETE FROM outbox WHERE settled_at < ?", (now - self.keep_settled,)
-                )
+                db.execute("DELETE FROM outbox WHERE settled_at < ?", (now - self.keep_settled,))
 
         await self._run(settle)
 
@@ -280,7 +280,6 @@ class SqliteEpochStore(SqliteFile, FencedStore):
             yield
         finally:
             os.close(fd)
-
 
 
 def _current(db: sqlite3.Connection, session: str) -> int | None:

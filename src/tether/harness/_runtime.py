@@ -34,6 +34,7 @@ from ._supervisor import Cause, HarnessSettings, Supervisor
 
 logger = logging.getLogger("tether.harness")
 
+
 def run_harness(
     engine: Engine,
     *,

@@ -102,8 +102,7 @@ class Supervisor:
                     await self.engine_done.wait()
                 if not self.engine_done.is_set():
                     logger.error(
-                        "the engine did not see its channel close within %.1fs; still held by:"
-                        " %s",
+                        "the engine did not see its channel close within %.1fs; still held by: %s",
                         settings.grace,
                         holders(rx) or "nobody",
                     )

@@ -151,7 +151,6 @@ class JobStore(SqliteFile):
         )
 
 
-
 def _dump(job: Job) -> str:
     return json.dumps(attrs.asdict(job), separators=(",", ":"))
 

@@ -2,6 +2,11 @@
 
 Every function here blocks on the disk; ``_transcript.py`` runs them in a worker thread. Every
 ``OSError`` leaves as a ``JournalError`` naming the file, and nothing opened is left open.
+
+The file is grown ahead of its data in ``RESERVE``-byte steps (``posix_fallocate``, made durable
+once), so an append overwrites reserved space and ``fdatasync`` has no size or allocation to
+write: about 1.4x the appends per second of ``write`` + ``fsync`` at the end (ADR 0027). The
+reserved tail reads as zeros, which the scan takes for the end of the data; closing cuts it off.
 """
 
 from __future__ import annotations
@@ -40,11 +45,31 @@ class Repair:
     """Every damaged span, with its offset and length in the file as it was found."""
 
 
+RESERVE = 1 << 20
+"""Bytes the file is grown by ahead of its data, by default (``Transcript.open(reserve=)``)."""
+
+_datasync = getattr(os, "fdatasync", os.fsync)
+
+
 @attrs.frozen
 class Loaded:
     entries: list[Entry]
     size: int
+    """Where the data ends."""
     repair: Repair | None
+    allocated: int
+    """The file's length: ``size`` plus the zero tail reserved by an earlier writer."""
+
+
+@attrs.define
+class Tail:
+    """Where a writer's data ends and how far the file reaches beyond it."""
+
+    size: int
+    allocated: int
+    reserve: int = RESERVE
+    """Bytes to grow the file by ahead of its data; 0 once the filesystem refused: appends
+    then grow the file themselves."""
 
 
 def load(path: str, *, create: bool) -> Loaded:
@@ -66,12 +91,12 @@ def load(path: str, *, create: bool) -> Loaded:
         if not create:
             raise JournalError(errno.ENOENT, "no such transcript", path) from exc
         _create(path)
-        return Loaded([], 0, None)
+        return Loaded([], 0, None, 0)
     except OSError as exc:
         raise _error(exc, path) from exc
     found = scan(data)
     if found.intact:
-        return Loaded(found.entries, len(data), None)
+        return Loaded(found.entries, found.size, None, len(data))
     quarantine = f"{path}.corrupt-{_stamp()}"
     kept = found.kept(data)
     try:
@@ -87,7 +112,7 @@ def load(path: str, *, create: bool) -> Loaded:
             os.unlink(quarantine)  # the transcript is as it was: the next open tries again
         raise _error(exc, path) from exc
     repair = Repair(len(found.entries), found.damaged_bytes, quarantine, found.reason, found.damage)
-    return Loaded(found.entries, len(kept), repair)
+    return Loaded(found.entries, len(kept), repair, len(kept))
 
 
 def _replace(path: str, data: bytes) -> None:
@@ -105,27 +130,59 @@ def _replace(path: str, data: bytes) -> None:
     _fsync_dir(path)
 
 
-def append(fd: int, data: bytes, size: int, path: str) -> int:
-    """Write ``data`` at the end and fsync; the new size.
+def append(fd: int, data: bytes, tail: Tail, path: str) -> None:
+    """Write ``data`` where the data ends and make it durable; ``tail`` moves past it.
 
-    On failure the file is cut back to ``size`` (best effort), so no torn line is left behind.
+    On failure the file is cut back to ``tail.size`` (best effort), so no torn line is left.
 
     Raises:
-        JournalError: the write or the fsync failed; nothing of ``data`` is durable.
+        JournalError: the write or the sync failed; nothing of ``data`` is durable.
     """
+    end = tail.size + len(data)
     try:
-        _write_all(fd, data)
-        os.fsync(fd)
+        if end > tail.allocated:
+            _reserve(fd, tail, end)
+        _write_all(fd, data, tail.size)
+        _datasync(fd)  # it also writes the file's length, if this append grew it
     except OSError as exc:
         with contextlib.suppress(OSError):  # if this fails too, the next open repairs it
-            os.ftruncate(fd, size)
+            os.ftruncate(fd, tail.size)
+            tail.allocated = tail.size
         raise _error(exc, path) from exc
-    return size + len(data)
+    tail.size = end
+    tail.allocated = max(tail.allocated, end)
+
+
+def _reserve(fd: int, tail: Tail, end: int) -> None:
+    """Grow the file to ``end + tail.reserve`` with zeros, durably; a filesystem that cannot, or a
+    disk too full for the reserve, leaves the file as it is (the append then grows it)."""
+    if tail.reserve <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    target = end + tail.reserve
+    try:
+        os.posix_fallocate(fd, tail.allocated, target - tail.allocated)
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            tail.reserve = 0
+        tail.allocated = os.fstat(fd).st_size  # a failed reserve may have grown it partly
+        return
+    tail.allocated = target
+
+
+def trim(fd: int, tail: Tail) -> None:
+    """Cut the reserved tail off, durably, so a closed transcript is plain JSON lines; best
+    effort (a tail left behind reads as the end of the data)."""
+    if tail.allocated > tail.size:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, tail.size)
+            os.fsync(fd)
+            tail.allocated = tail.size
 
 
 def open_for_append(path: str) -> int:
     try:
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise _error(exc, path) from exc
 
@@ -189,17 +246,18 @@ def _create(path: str) -> None:
 def _write_new(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        _write_all(fd, data)
+        _write_all(fd, data, 0)
         os.fsync(fd)
     finally:
         os.close(fd)
     _fsync_dir(path)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes, offset: int) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 def _fsync_dir(path: str) -> None:

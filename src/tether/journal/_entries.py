@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
-import uuid
+import os
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
@@ -87,7 +87,7 @@ _FIELDS: dict[str, tuple[str, ...]] = {
 
 def new_id(prefix: str) -> str:
     """A fresh entry id: ``call_3f2a...``."""
-    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+    return f"{prefix}_{os.urandom(8).hex()}"
 
 
 def now() -> str:

@@ -4,6 +4,10 @@ A line is kept if it is a valid entry whose ``seq`` is greater than every kept l
 it; any other line is damage, and so is a last line without its newline (a torn write). A bad
 line in the middle is damage on its own: the valid entries after it are kept, in order, so one
 flipped byte never costs an acknowledged entry or the result of a finished tool call.
+
+A run of zero bytes at the very end is space the writer reserved ahead (ADR 0027), not
+damage: the data ends at the last byte that is not zero. No valid line holds a zero byte
+(JSON escapes it), so a zero anywhere else is damage like any other bad byte.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class Scan:
     entries: list[Entry]
     damage: tuple[Damage, ...]
     size: int
-    """The length of the bytes scanned."""
+    """Where the data ends: the length of the bytes scanned, less a reserved zero tail."""
 
     @property
     def intact(self) -> bool:
@@ -71,7 +75,7 @@ class Scan:
         for damage in self.damage:
             parts.append(data[pos : damage.offset])
             pos = damage.offset + damage.length
-        parts.append(data[pos:])
+        parts.append(data[pos : self.size])
         return b"".join(parts)
 
     def quarantined(self, data: bytes) -> bytes:
@@ -85,7 +89,8 @@ def scan(data: bytes) -> Scan:
     The common case, an intact file, is parsed with one ``json.loads`` over all complete
     lines; any doubt falls back to the line-by-line scan, which names each bad line.
     """
-    end = data.rfind(b"\n") + 1
+    size = _data_end(data)
+    end = data.rfind(b"\n", 0, size) + 1
     collecting = gc.isenabled()
     gc.disable()  # building 100k objects would trigger full collections over all of them
     try:
@@ -94,11 +99,26 @@ def scan(data: bytes) -> Scan:
         if collecting:
             gc.enable()
     if entries is None:
-        return _scan_lines(data)
+        return _scan_lines(data, size)
     damage: tuple[Damage, ...] = ()
-    if end < len(data):
-        damage = (Damage(end, len(data) - end, f"a torn last line of {len(data) - end} bytes"),)
-    return Scan(entries, damage, len(data))
+    if end < size:
+        damage = (Damage(end, size - end, f"a torn last line of {size - end} bytes"),)
+    return Scan(entries, damage, size)
+
+
+def _data_end(data: bytes) -> int:
+    """The length of ``data`` without its zero tail, found without copying ``data``."""
+    end = len(data)
+    step = 4096
+    while end and data[end - 1] == 0:
+        start = max(0, end - step)
+        block = data[start:end]
+        trimmed = len(block.rstrip(b"\0"))
+        end = start + trimmed
+        if trimmed:
+            break
+        step = min(step * 2, 1 << 22)
+    return end
 
 
 def _scan_whole(body: bytes) -> list[Entry] | None:
@@ -119,18 +139,18 @@ def _scan_whole(body: bytes) -> list[Entry] | None:
     return entries
 
 
-def _scan_lines(data: bytes) -> Scan:
+def _scan_lines(data: bytes, size: int) -> Scan:
     entries: list[Entry] = []
     damage: list[Damage] = []
     pos = 0
     seq = 0
     line = 0
-    while pos < len(data):
+    while pos < size:
         line += 1
-        newline = data.find(b"\n", pos)
+        newline = data.find(b"\n", pos, size)
         if newline < 0:
-            size = len(data) - pos
-            damage.append(Damage(pos, size, f"a torn last line of {size} bytes"))
+            torn = size - pos
+            damage.append(Damage(pos, torn, f"a torn last line of {torn} bytes"))
             break
         try:
             entry = decode(data[pos:newline])
@@ -144,4 +164,4 @@ def _scan_lines(data: bytes) -> Scan:
                 seq = entry.seq
                 entries.append(entry)
         pos = newline + 1
-    return Scan(entries, tuple(damage), len(data))
+    return Scan(entries, tuple(damage), size)

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Self, TypeVar, final
 
-import attrs
 import trio
 import trio.lowlevel
 
+from .._batch import GroupCommit
 from .._util import NoPublicConstructor
 from .._worker import Worker
 from . import _disk
@@ -29,16 +29,8 @@ logger = logging.getLogger("tether.journal")
 
 RESUME_REASON = "session resumed after an unclean shutdown"
 E = TypeVar("E", bound=Entry)
-
-
-@attrs.define(eq=False)
-class _Pending:
-    """Entries waiting for their write and fsync."""
-
-    entries: list[Any]
-    data: bytes
-    done: trio.Event = attrs.field(factory=trio.Event)
-    error: JournalError | None = None
+_Append = tuple[list[Entry], bytes]
+"""One append's entries and their encoded lines."""
 
 
 @final
@@ -49,20 +41,23 @@ class Transcript(metaclass=NoPublicConstructor):
     """
 
     def __init__(
-        self, path: str, entries: list[Entry], size: int, fd: int, lock_fd: int, worker: Worker
+        self,
+        path: str,
+        entries: list[Entry],
+        tail: _disk.Tail,
+        fd: int,
+        lock_fd: int,
+        worker: Worker,
     ) -> None:
         self.path = path
         self.repair: Repair | None = None
         """What opening had to repair, or ``None``."""
         self._entries = entries
-        self._size = size
+        self._tail = tail
         self._fd: int | None = fd
         self._lock_fd = lock_fd
         self._worker = worker
-        self._queue: list[_Pending] = []
-        self._flushing = False
-        self._flushed = trio.Event()
-        self._flushed.set()
+        self._appends: GroupCommit[_Append, None] = GroupCommit(self._write)
         self._next_seq = entries[-1].seq + 1 if entries else 1
         self._broken: JournalError | None = None
         self._calls: dict[str, ToolCall] = {}
@@ -85,6 +80,7 @@ class Transcript(metaclass=NoPublicConstructor):
         create: bool = True,
         resume: bool = False,
         reason: str | None = None,
+        reserve: int = _disk.RESERVE,
     ) -> Transcript:
         """Open (or create) the transcript at ``path``, repairing a torn or corrupt tail.
 
@@ -94,6 +90,11 @@ class Transcript(metaclass=NoPublicConstructor):
         length of each span. A result that survives is never sealed again. With
         ``resume=True`` every dangling tool call is sealed with an ``aborted``
         result giving ``reason`` (default: "session resumed after an unclean shutdown").
+
+        While open, the file is grown ``reserve`` bytes (1 MiB) ahead of its data, so appends
+        need no change of the file's length to be durable; the reserved tail reads as zeros,
+        every reader in tether takes it for the end of the data, and closing cuts it off. A
+        program that follows the file live (``tail -f``) wants ``reserve=0``.
 
         Raises:
             JournalError: the file is missing (``create=False``), unreadable, unwritable, or
@@ -113,7 +114,8 @@ class Transcript(metaclass=NoPublicConstructor):
             os.close(lock_fd)
             worker.stop()
             raise
-        transcript = cls._create(path, loaded.entries, loaded.size, fd, lock_fd, worker)
+        tail = _disk.Tail(loaded.size, loaded.allocated, max(0, reserve))
+        transcript = cls._create(path, loaded.entries, tail, fd, lock_fd, worker)
         try:
             if loaded.repair is not None:
                 transcript.repair = loaded.repair
@@ -212,17 +214,9 @@ class Transcript(metaclass=NoPublicConstructor):
         return sealed
 
     async def _append(self, build: Callable[[int], list[E]]) -> list[E]:
-        """Make ``build(next_seq)``'s entries durable; group-commit with concurrent appends.
-
-        Appends queue up while a write is in flight; whichever task finds no flush running
-        writes everything queued with one write and one fsync, shielded, so a cancelled task
-        never strands the entries of others.
-        """
-        if self._fd is None:
-            raise trio.ClosedResourceError(f"transcript {self.path} is closed")
-        if self._broken is not None:
-            failed = f"an earlier append failed: {self._broken.strerror}"
-            raise JournalError(self._broken.errno, failed, self.path)
+        """Make ``build(next_seq)``'s entries durable, group-committed with concurrent appends
+        (one write and one sync for everything queued while the previous one was in flight)."""
+        self._check_open()
         entries = build(self._next_seq)
         if not entries:
             await trio.lowlevel.checkpoint()
@@ -232,45 +226,33 @@ class Transcript(metaclass=NoPublicConstructor):
         for entry in entries:
             if isinstance(entry, ToolResult):
                 self._answered.add(entry.call_id)  # now, so a concurrent duplicate is refused
-        pending = _Pending(list(entries), data)
-        self._queue.append(pending)
-        if not self._flushing:
-            with trio.CancelScope(shield=True):
-                await self._flush()
-        if not pending.done.is_set():  # another task's flush writes it
-            await pending.done.wait()
-        if pending.error is not None:
-            raise pending.error
+        await self._appends.submit((list(entries), data))
         self.last_append = time.monotonic()
         return entries
 
-    async def _flush(self) -> None:
-        self._flushing = True
-        self._flushed = trio.Event()
+    async def _write(self, appends: Sequence[_Append]) -> list[None]:
+        """Write and sync one group of appends; index their entries once durable. The first
+        failure breaks the transcript: every later append is refused until it is reopened."""
+        self._check_open()
+        assert self._fd is not None
+        data = b"".join(data for _, data in appends)
         try:
-            while self._queue and self._fd is not None:
-                batch, self._queue = self._queue, []
-                data = b"".join(p.data for p in batch)
-                try:
-                    self._size = await self._worker.run(
-                        _disk.append, self._fd, data, self._size, self.path
-                    )
-                except JournalError as exc:
-                    self._broken = exc
-                    batch += self._queue
-                    self._queue = []
-                    for p in batch:
-                        p.error = exc
-                        p.done.set()
-                    return
-                for p in batch:
-                    for entry in p.entries:
-                        self._entries.append(entry)
-                        self._index(entry)
-                    p.done.set()
-        finally:
-            self._flushing = False
-            self._flushed.set()
+            await self._worker.run(_disk.append, self._fd, data, self._tail, self.path)
+        except JournalError as exc:
+            self._broken = exc
+            raise
+        for entries, _ in appends:
+            for entry in entries:
+                self._entries.append(entry)
+                self._index(entry)
+        return [None] * len(appends)
+
+    def _check_open(self) -> None:
+        if self._fd is None:
+            raise trio.ClosedResourceError(f"transcript {self.path} is closed")
+        if self._broken is not None:
+            failed = f"an earlier append failed: {self._broken.strerror}"
+            raise JournalError(self._broken.errno, failed, self.path)
 
     def _index(self, entry: Entry) -> None:
         if isinstance(entry, ToolCall):
@@ -283,11 +265,11 @@ class Transcript(metaclass=NoPublicConstructor):
 
     async def aclose(self) -> None:
         """Wait for queued appends, close the file and release the lock; idempotent."""
-        while self._flushing:
+        while self._appends.committing:
             await trio.lowlevel.checkpoint()  # the flusher is shielded and bounded by the disk
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            await self._worker.run(os.close, fd)
+            await self._worker.run(_close, fd, self._tail)
             os.close(self._lock_fd)
             self._worker.stop()
 
@@ -296,6 +278,13 @@ class Transcript(metaclass=NoPublicConstructor):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _close(fd: int, tail: _disk.Tail) -> None:
+    try:
+        _disk.trim(fd, tail)
+    finally:
+        os.close(fd)
 
 
 _SPANS_SHOWN = 100

@@ -39,9 +39,7 @@ class ProcessRef:
         return cls(pid, create_time, stat.start if stat is not None else None)
 
     @classmethod
-    def find(
-        cls, pid: int, create_time: float, boot: str | None = None
-    ) -> ProcessRef | None:
+    def find(cls, pid: int, create_time: float, boot: str | None = None) -> ProcessRef | None:
         """The process recorded as ``(pid, create_time)`` (under kernel boot id ``boot``, if
         given), if that very process still exists, zombie or not; ``None`` if it is gone, its
         pid now names another process, or the machine booted since.

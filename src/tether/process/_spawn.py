@@ -66,9 +66,7 @@ _FOUND: dict[tuple[str, str], str] = {}
 earlier on the ``PATH`` is seen once the old one goes or 256 others were looked up)."""
 
 
-def prepare(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str | None
-) -> tuple[str, list[str]]:
+def prepare(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> tuple[str, list[str]]:
     """The path to execute and its arguments for ``argv`` in ``cwd``, checked first.
 
     Raises:

@@ -79,9 +79,7 @@ def _deliver(sig: int, targets: set[ProcessRef], groups: Collection[ProcessRef])
         target.send_signal(sig)
 
 
-async def wait_gone(
-    targets: set[ProcessRef], *, reap: bool = False, cap: float = 0.02
-) -> None:
+async def wait_gone(targets: set[ProcessRef], *, reap: bool = False, cap: float = 0.02) -> None:
     """Poll, backing off up to ``cap`` seconds, until no target is left; ``targets`` keeps the
     ones still there (wrap it in a timeout). A zombie counts as gone; with ``reap``, only once
     it is done with: ours are reaped (a ``Child`` keeps its status), another parent's are its

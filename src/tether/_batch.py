@@ -1,0 +1,80 @@
+"""``GroupCommit``: what many tasks submit while one commit is in flight goes in the next one.
+
+A durable append and an SQLite transaction each cost one sync of the disk, however much they
+carry; so the transcript's appends and the epoch store's bumps are grouped: the task that finds
+no commit in flight commits everything queued, in submission order, and goes on while more was
+queued meanwhile. It runs shielded, so a cancelled submitter never strands the others' items.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+import outcome
+import trio
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _Waiting(Generic[T, R]):
+    __slots__ = ("done", "item", "result")
+
+    def __init__(self, item: T) -> None:
+        self.item = item
+        self.result: outcome.Outcome[R] | None = None
+        self.done: trio.Event | None = None
+
+
+class GroupCommit(Generic[T, R]):
+    """Commits submitted items in groups: ``commit(items)`` returns one result per item, in
+    order, or raises, which fails every item of that group with the same exception."""
+
+    def __init__(self, commit: Callable[[Sequence[T]], Awaitable[Sequence[R]]]) -> None:
+        self._commit = commit
+        self._queue: list[_Waiting[T, R]] = []
+        self.committing = False
+        """Whether a commit is in flight (a closing owner waits for it to end)."""
+
+    async def submit(self, item: T) -> R:
+        """Commit ``item`` (with whatever else is queued) and return its result."""
+        waiting: _Waiting[T, R] = _Waiting(item)
+        self._queue.append(waiting)
+        if self.committing:
+            waiting.done = trio.Event()
+            await waiting.done.wait()  # the task committing takes it in its next group
+        else:
+            with trio.CancelScope(shield=True):
+                await self._drain()
+        assert waiting.result is not None
+        return waiting.result.unwrap()
+
+    async def _drain(self) -> None:
+        self.committing = True
+        try:
+            while self._queue:
+                group, self._queue = self._queue, []
+                try:
+                    results = await self._commit([w.item for w in group])
+                except BaseException as exc:  # every item of the group fails with it
+                    if not isinstance(exc, Exception):  # and what is queued: nobody drains it
+                        group += self._queue
+                        self._queue = []
+                    for waiting in group:
+                        waiting.result = outcome.Error(exc)
+                    _wake(group)
+                    if not isinstance(exc, Exception):
+                        raise
+                else:
+                    for waiting, result in zip(group, results, strict=True):
+                        waiting.result = outcome.Value(result)
+                    _wake(group)
+        finally:
+            self.committing = False
+
+
+def _wake(group: list[_Waiting[T, R]]) -> None:
+    for waiting in group:
+        if waiting.done is not None:
+            waiting.done.set()
