@@ -284,3 +284,52 @@ async def test_six_hundred_concurrent_calls_wait_their_turn_instead_of_failing(
     assert sorted(epochs.values()) == [1] * 600
     await store.revoke()
     await store.aclose()
+
+
+async def test_grouped_bumps_keep_every_rule_of_a_single_bump(
+    etcd_cluster: Cluster, prefix: str
+) -> None:
+    """Concurrent bumps share transactions (up to 64 sessions each): a session named twice
+    gets two epochs, one owned by another host is refused alone, and a second writer racing
+    on the same sessions never makes two bumps issue the same epoch."""
+    a, b = _store(etcd_cluster, "a", prefix, timeout=20.0), _store(etcd_cluster, "b", prefix)
+    assert await b.bump("theirs") == 1
+    a_epochs: dict[str, list[int]] = {}
+    refused: list[str] = []
+
+    async def bump(store: EtcdEpochStore, name: str) -> None:
+        try:
+            epoch = await store.bump(name)
+        except OwnedElsewhere as exc:
+            refused.append(f"{store.host_id}:{exc.session}")
+        else:
+            a_epochs.setdefault(name, []).append(epoch)
+
+    names = [f"s{i}" for i in range(150)]
+    bumps = [*names, "s7", "s7", "theirs", *names[:40]]
+    async with trio.open_nursery() as nursery:
+        for name in bumps:
+            nursery.start_soon(bump, a, name)
+    assert refused == ["a:theirs"]
+    for name in names:
+        assert sorted(a_epochs[name]) == list(range(1, bumps.count(name) + 1)), name
+        assert await a.current(name) == bumps.count(name)
+    assert await a.owner("s0") == "a"
+    # Two bumps of one host race a third host's on one session: no epoch is issued twice.
+    await a.revoke()
+    c = _store(etcd_cluster, "a", prefix, timeout=20.0)
+    issued: list[int] = []
+
+    async def race(store: EtcdEpochStore) -> None:
+        for _ in range(10):
+            try:
+                issued.append(await store.bump("contested"))
+            except OwnedElsewhere:
+                await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        for store in (c, c, b):
+            nursery.start_soon(race, store)
+    assert len(issued) == len(set(issued)), f"an epoch was issued twice: {sorted(issued)}"
+    for store in (a, b, c):
+        await store.aclose()

@@ -31,11 +31,11 @@ from typing import Any, Self
 import trio
 
 from ..channels import Sender
+from ._etcd_bump import EtcdBumps
 from ._etcd_client import (
     EtcdClient,
     Keys,
     absent,
-    b64,
     first_kv,
     get,
     put,
@@ -53,9 +53,6 @@ from ._store import (
     SessionRecord,
     fence_write,
 )
-
-_WIDTH = 20
-"""Epochs are stored zero-padded so that etcd's byte-wise value comparison is numeric."""
 
 
 class EtcdEpochStore(FencedStore):
@@ -119,7 +116,7 @@ class EtcdEpochStore(FencedStore):
         self.keep_settled = keep_settled
         self.lease = HostLease(self.client, self.keys, host_id, lease_ttl)
         self.outbox = EtcdOutbox(self.client, self.keys, keep_settled)
-        self._last: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
+        self.bumps = EtcdBumps(self.client, self.keys, self.lease, host_id)
         self._identity: str | None = None
 
     def __repr__(self) -> str:
@@ -129,41 +126,14 @@ class EtcdEpochStore(FencedStore):
 
     async def bump(self, session: str) -> int:
         """Issue the next epoch of ``session`` and make this host its owner, in one
-        compare-and-swap transaction (retried on conflict).
+        compare-and-swap transaction (retried on conflict); bumps made while another is in
+        flight share transactions, up to 64 sessions each (``EtcdBumps``).
 
         Raises:
             OwnedElsewhere: another host owns the session and its lease is alive.
             StoreUnavailable: etcd did not answer within ``timeout``.
         """
-        epoch_key, owner_key = self.keys.key("epoch", session), self.keys.key("owner", session)
-        # What this store wrote last is the likely state: try the swap on it at once (one
-        # round trip); a stale guess fails the comparison and the answer carries the truth.
-        guess = self._last.get(session)
-        epoch_kv, owner_kv = guess if guess else await self.client.read(epoch_key, owner_key)
-        while True:
-            lease = await self.lease.ensure()
-            if owner_kv is not None and (host := unb64(owner_kv["value"])) != self.host_id:
-                self._last.pop(session, None)
-                raise OwnedElsewhere(session, host)
-            epoch = 1 + (0 if epoch_kv is None else int(unb64(epoch_kv["value"])))
-            value = f"{epoch:0{_WIDTH}d}"
-            answer = await self.client.txn(
-                [
-                    same_revision(epoch_key, revision(epoch_kv)),
-                    same_revision(owner_key, revision(owner_kv)),
-                ],
-                [put(epoch_key, value), put(owner_key, self.host_id, lease)],
-                [get(epoch_key), get(owner_key)],
-            )
-            if answer.get("succeeded"):
-                rev = answer["header"]["revision"]
-                self._last[session] = (
-                    {"value": b64(value), "mod_revision": rev},
-                    {"value": b64(self.host_id), "mod_revision": rev},
-                )
-                self.lease.own(session, epoch)
-                return epoch
-            epoch_kv, owner_kv = (first_kv(r) for r in answer.get("responses", []))
+        return await self.bumps.bump(session)
 
     async def current(self, session: str) -> int | None:
         """The latest epoch issued for ``session`` (a linearizable read), or ``None``."""
