@@ -171,13 +171,13 @@ def interpreter_floor(cycles: int) -> list[float]:
     return floor
 
 
-async def start_sessions(agentd: Agentd, count: int) -> None:
-    """Start sessions ``s0`` to ``s{count-1}``, 16 at a time."""
+async def start_sessions(agentd: Agentd, count: int, prefix: str = "s") -> None:
+    """Start sessions ``{prefix}0`` to ``{prefix}{count-1}``, 16 at a time."""
     limit = trio.CapacityLimiter(16)
 
     async def start(index: int) -> None:
         async with limit:
-            await agentd.start_agent(f"s{index}")
+            await agentd.start_agent(f"{prefix}{index}")
 
     async with trio.open_nursery() as nursery:
         for index in range(count):

@@ -10,12 +10,18 @@ with ``python -S``, so the machine can hold 1,000 of them. The daemon is embedde
 - its RSS;
 - ``ps``: a control request's round trip (the daemon's part), and ``tether ps`` as a user runs
   it (a new process; target < 100 ms) against ``python -c pass`` (the interpreter's floor).
+
+With ``--etcd`` (needs Debian's etcd-server; a three-member loopback cluster is started here):
+host a records N running sessions on its lease and dies; an ``adopt=True`` daemon on host b
+takes them all over. Reported: from host a's death to b's first takeover (bounded by the
+lease TTL), and to every session attached on b, against starting N fresh sessions on b.
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,8 +34,9 @@ import psutil
 import trio
 
 from agentd import MINI, start_sessions
-from tether import Agentd, SqliteEpochStore
+from tether import Agentd, EpochStore, SessionRecord, SqliteEpochStore
 from tether.agentd._client import request
+from tether.epochs import EtcdEpochStore
 
 HARNESS = [sys.executable, "-S", "-c", MINI]
 
@@ -96,6 +103,64 @@ async def hold(workdir: Path, count: int, window: float = 10.0, polls: int = 20)
     )
 
 
+@attrs.frozen
+class Takeover:
+    sessions: int
+    ttl: float
+    first: float
+    """Seconds from host a's death to b's first takeover event."""
+    all_attached: float
+    """Seconds from host a's death to every session attached on b."""
+    fresh: float
+    """Seconds to start as many fresh sessions on b."""
+
+
+async def takeover(workdir: Path, endpoints: list[str], count: int, ttl: int = 3) -> Takeover:
+    """Host a records ``count`` running sessions and dies; host b (``adopt=True``) takes them."""
+    workdir.mkdir(mode=0o700)
+    prefix = f"/fleet-{time.time_ns()}"
+    host_a = EtcdEpochStore(endpoints, prefix=prefix, host_id="a", lease_ttl=ttl, timeout=60)
+    names = [f"t{i}" for i in range(count)]
+    async with trio.open_nursery() as nursery:
+        lease = trio.CancelScope()
+
+        async def hold_lease(task_status: trio.TaskStatus[None]) -> None:
+            with lease:
+                await host_a.keep_alive(task_status=task_status)
+
+        await nursery.start(hold_lease)
+        epochs = {}
+
+        async def record(name: str) -> None:
+            epochs[name] = await host_a.bump(name)
+            await host_a.save(name, SessionRecord(state="running"), epoch=epochs[name])
+
+        async with trio.open_nursery() as saving:
+            for name in names:
+                saving.start_soon(record, name)
+        host_b = EtcdEpochStore(endpoints, prefix=prefix, host_id="b", lease_ttl=ttl, timeout=60)
+        b = Agentd(host_b, workdir / "b.sock", HARNESS, heartbeat=1.0, spawn_limit=8, adopt=True)
+        async with b.running(stop_harnesses=True):
+            lease.cancel()  # host a dies: no more keepalives
+            died = time.perf_counter()
+            first = None
+            while len(b.attached()) < count:
+                if first is None and any(s.state != "elsewhere" for s in b.status()):
+                    first = time.perf_counter() - died
+                await trio.sleep(0.05)
+            all_attached = time.perf_counter() - died
+            started = time.perf_counter()
+            await start_sessions(b, count, prefix="fresh")
+            fresh = time.perf_counter() - started
+        await _close(host_a, host_b)
+    return Takeover(count, ttl, first or all_attached, all_attached, fresh)
+
+
+async def _close(*stores: EpochStore) -> None:
+    for store in stores:
+        await store.aclose()  # type: ignore[attr-defined]
+
+
 def interpreter_floor(rounds: int = 10) -> float:
     samples = []
     for _ in range(rounds):
@@ -122,20 +187,51 @@ def rows(fleet: Fleet, small: Fleet, floor: float) -> list[str]:
     ]
 
 
-async def measure(sessions: int) -> list[str]:
+def takeover_rows(taken: Takeover) -> list[str]:
+    n, ttl = taken.sessions, taken.ttl
+    floor = ttl + taken.fresh
+    return [
+        f"| etcd takeover by an `adopt` daemon: host a's death to the first session taken"
+        f" | {taken.first:.2f} s | {ttl:.0f} s (the lease TTL) | {taken.first / ttl:.2f}x |",
+        f"| etcd takeover: host a's death to all {n:,} sessions attached on b"
+        f" | {taken.all_attached:.1f} s | {floor:.1f} s (TTL + {n:,} fresh starts)"
+        f" | {taken.all_attached / floor:.2f}x |",
+    ]
+
+
+async def measure(sessions: int, endpoints: list[str] | None) -> list[str]:
     raise_fd_limit(4 * sessions + 256)
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         small = await hold(base / "small", 10)
         fleet = await hold(base / "fleet", sessions)
-    return rows(fleet, small, interpreter_floor())
+        lines = rows(fleet, small, interpreter_floor())
+        if endpoints is not None:
+            lines += takeover_rows(await takeover(base / "takeover", endpoints, sessions))
+    return lines
+
+
+def with_etcd(sessions: int) -> list[str]:
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+    from etcd_cluster import Cluster
+
+    binary = shutil.which("etcd") or "/usr/bin/etcd"
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "etcd").mkdir()
+        cluster = Cluster(binary, Path(tmp) / "etcd")
+        try:
+            cluster.start_all()
+            return trio.run(measure, sessions, list(cluster.endpoints))
+        finally:
+            cluster.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--etcd", action="store_true", help="also the takeover on etcd")
     args = parser.parse_args()
-    lines = trio.run(measure, args.sessions)
+    lines = with_etcd(args.sessions) if args.etcd else trio.run(measure, args.sessions, None)
     print(f"agentd fleet: {args.sessions:,} attached sessions on one daemon\n")
     print("| measure | tether | reference | ratio |\n| --- | --- | --- | --- |")
     print("\n".join(lines))

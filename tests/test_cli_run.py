@@ -282,13 +282,24 @@ async def test_with_group_a_signal_reaches_cmd_s_whole_process_group(how: str) -
     flags, env = ([how], os.environ) if how == "-g" else ([], {**os.environ, how: "1"})
     process = subprocess.Popen([*RUN, *flags, "--", *python(PGROUP)], env=env)
     try:
-        await wait_until(lambda: len(psutil.Process(process.pid).children(recursive=True)) == 2)
+        # Until the sleep has exec'd, it is a fork of CMD that still ignores SIGUSR1.
+        await wait_until(lambda: _sleep_runs_under(process.pid))
         process.send_signal(signal.SIGUSR1)
         await wait_until(lambda: process.poll() is not None)
         assert process.returncode == 0
     finally:
         if process.poll() is None:
             stop(process)
+
+
+def _sleep_runs_under(pid: int) -> bool:
+    try:
+        return any(
+            child.cmdline()[:1] == ["sleep"]
+            for child in psutil.Process(pid).children(recursive=True)
+        )
+    except psutil.Error:
+        return False
 
 
 # -- job control without a terminal (dumb-init: shell_background_test) -------------------------
