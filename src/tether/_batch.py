@@ -39,42 +39,51 @@ class GroupCommit(Generic[T, R]):
 
     async def submit(self, item: T) -> R:
         """Commit ``item`` (with whatever else is queued) and return its result."""
-        waiting: _Waiting[T, R] = _Waiting(item)
-        self._queue.append(waiting)
-        if self.committing:
+        if self.committing:  # the task committing takes it in its next group
+            waiting: _Waiting[T, R] = _Waiting(item)
             waiting.done = trio.Event()
-            await waiting.done.wait()  # the task committing takes it in its next group
-        else:
-            with trio.CancelScope(shield=True):
-                await self._drain()
-        assert waiting.result is not None
-        return waiting.result.unwrap()
-
-    async def _drain(self) -> None:
+            self._queue.append(waiting)
+            await waiting.done.wait()
+            assert waiting.result is not None
+            return waiting.result.unwrap()
         self.committing = True
         try:
-            while self._queue:
-                group, self._queue = self._queue, []
+            with trio.CancelScope(shield=True):
                 try:
-                    results = await self._commit([w.item for w in group])
-                except BaseException as exc:  # every item of the group fails with it
-                    if not isinstance(exc, Exception):  # and what is queued: nobody drains it
-                        group += self._queue
-                        self._queue = []
-                    for waiting in group:
-                        waiting.result = outcome.Error(exc)
-                    _wake(group)
-                    if not isinstance(exc, Exception):
-                        raise
-                else:
-                    for waiting, result in zip(group, results, strict=True):
-                        waiting.result = outcome.Value(result)
-                    _wake(group)
+                    (result,) = await self._commit((item,))
+                except Exception:
+                    await self._drain()
+                    raise
+                except BaseException as exc:  # nobody is left to drain what queued
+                    _fail(self._queue, exc)
+                    self._queue = []
+                    raise
+                await self._drain()
         finally:
             self.committing = False
+        return result
+
+    async def _drain(self) -> None:
+        """Commit what queued meanwhile, group by group, until nothing is left."""
+        while self._queue:
+            group, self._queue = self._queue, []
+            try:
+                results = await self._commit([w.item for w in group])
+            except Exception as exc:  # noqa: BLE001 - every item of the group fails with it
+                _fail(group, exc)
+            except BaseException as exc:
+                _fail(group + self._queue, exc)
+                self._queue = []
+                raise
+            else:
+                for waiting, result in zip(group, results, strict=True):
+                    waiting.result = outcome.Value(result)
+                    assert waiting.done is not None
+                    waiting.done.set()
 
 
-def _wake(group: list[_Waiting[T, R]]) -> None:
+def _fail(group: list[_Waiting[T, R]], exc: BaseException) -> None:
     for waiting in group:
-        if waiting.done is not None:
-            waiting.done.set()
+        waiting.result = outcome.Error(exc)
+        assert waiting.done is not None
+        waiting.done.set()

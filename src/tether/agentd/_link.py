@@ -62,9 +62,31 @@ class Link:
 
     async def ping(self) -> int:
         """Send the next ``Ping``; its seq (0 if the link is closed)."""
+        seq = self.ping_nowait()
+        if seq is not None:
+            await trio.lowlevel.checkpoint()
+            return seq
         self._seq += 1
         seq = self._seq
         return seq if await self.send(Ping(seq)) else 0
+
+    def ping_nowait(self) -> int | None:
+        """Send the next ``Ping`` without waiting, if it can go at once: its seq (0 if the
+        link is closed), or ``None`` if it must wait (another send is under way, or the
+        harness's socket buffer is full); ``ping`` then sends it. The watchdog pings a
+        thousand harnesses this way in one pass, with no task switch per harness."""
+        if self.closed:
+            return 0
+        if self._send_lock.locked():
+            return None
+        try:
+            if not self.connection.send_nowait(Ping(self._seq + 1)):
+                return None
+        except (ChannelClosed, ProtocolError):
+            self.close()
+            return 0
+        self._seq += 1
+        return self._seq
 
     def pong(self, seq: int) -> None:
         """Record the harness's answer to ``Ping(seq)``."""

@@ -3,8 +3,9 @@ stopped, reaped and respawned without anyone asking, within the session's restar
 
 Beside it runs the awake clock's keeper, which counts the time the daemon itself was away
 (stopped, starved, blocked) so that it counts against no harness. One task ticks for all
-sessions, so an idle daemon wakes once per heartbeat (and the keeper up to four times a
-second), plus once per pong, however many sessions it holds.
+sessions, and sends every ping that the socket takes at once without a task switch, so an
+idle daemon wakes once per heartbeat (and the keeper up to four times a second), plus once
+per pong, however many sessions it holds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ._guard import Tasks, Throttle
 from ._judge import Judge
 from ._lease import HostLease
 from ._lifecycle import Harnesses
+from ._link import Link
 from ._model import Harness, Session
 from ._registry import Sessions
 from ._settings import Settings
@@ -58,6 +60,7 @@ class Watchdog:
                     logger.exception("agentd watchdog tick failed; the next one follows")
 
     async def tick(self) -> None:
+        waiting: list[Link] = []
         for session in self.sessions:
             harness = session.harness
             if harness is None or not harness.usable or harness.judging:
@@ -67,9 +70,12 @@ class Watchdog:
                 self.tasks.start(self.judge_it, session, harness, name=f"judge {session.name}")
             elif harness.link is not None and harness.attached:
                 await self.stalls.check(session, harness)
-                # Only a full socket buffer blocks: a harness that stopped reading.
-                with trio.move_on_after(self.settings.heartbeat / 4):
-                    await harness.link.ping()
+                if harness.link.ping_nowait() is None:
+                    waiting.append(harness.link)
+        for link in waiting:
+            # Only a full socket buffer blocks: a harness that stopped reading.
+            with trio.move_on_after(self.settings.heartbeat / 4):
+                await link.ping()
         if self.settings.reap_orphans:
             try:
                 for pid, code in reap_orphans():

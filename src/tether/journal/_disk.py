@@ -48,7 +48,8 @@ class Repair:
 RESERVE = 1 << 20
 """Bytes the file is grown by ahead of its data, by default (``Transcript.open(reserve=)``)."""
 
-_datasync = getattr(os, "fdatasync", os.fsync)
+datasync = getattr(os, "fdatasync", os.fsync)
+"""``fdatasync`` where the platform has it (the file's length is synced with its data)."""
 
 
 @attrs.frozen
@@ -93,7 +94,7 @@ def load(path: str, *, create: bool) -> Loaded:
         _create(path)
         return Loaded([], 0, None, 0)
     except OSError as exc:
-        raise _error(exc, path) from exc
+        raise error(exc, path) from exc
     found = scan(data)
     if found.intact:
         return Loaded(found.entries, found.size, None, len(data))
@@ -110,7 +111,7 @@ def load(path: str, *, create: bool) -> Loaded:
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(quarantine)  # the transcript is as it was: the next open tries again
-        raise _error(exc, path) from exc
+        raise error(exc, path) from exc
     repair = Repair(len(found.entries), found.damaged_bytes, quarantine, found.reason, found.damage)
     return Loaded(found.entries, len(kept), repair, len(kept))
 
@@ -142,15 +143,21 @@ def append(fd: int, data: bytes, tail: Tail, path: str) -> None:
     try:
         if end > tail.allocated:
             _reserve(fd, tail, end)
-        _write_all(fd, data, tail.size)
-        _datasync(fd)  # it also writes the file's length, if this append grew it
+        write_all(fd, data, tail.size)
+        datasync(fd)  # it also writes the file's length, if this append grew it
     except OSError as exc:
-        with contextlib.suppress(OSError):  # if this fails too, the next open repairs it
-            os.ftruncate(fd, tail.size)
-            tail.allocated = tail.size
-        raise _error(exc, path) from exc
+        cut_back(fd, tail)
+        raise error(exc, path) from exc
     tail.size = end
     tail.allocated = max(tail.allocated, end)
+
+
+def cut_back(fd: int, tail: Tail) -> None:
+    """Cut the file back to where the data ends (best effort: if this fails too, the next
+    open finds a torn line and repairs it)."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, tail.size)
+        tail.allocated = tail.size
 
 
 def _reserve(fd: int, tail: Tail, end: int) -> None:
@@ -184,7 +191,7 @@ def open_for_append(path: str) -> int:
     try:
         return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     except OSError as exc:
-        raise _error(exc, path) from exc
+        raise error(exc, path) from exc
 
 
 def lock(path: str) -> int:
@@ -201,7 +208,7 @@ def lock(path: str) -> int:
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise _error(exc, lock_path) from exc
+        raise error(exc, lock_path) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -212,13 +219,13 @@ def lock(path: str) -> int:
         ) from None
     except OSError as exc:
         os.close(fd)
-        raise _error(exc, lock_path) from exc
+        raise error(exc, lock_path) from exc
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     except OSError as exc:
         os.close(fd)
-        raise _error(exc, lock_path) from exc
+        raise error(exc, lock_path) from exc
     return fd
 
 
@@ -235,25 +242,26 @@ def _create(path: str) -> None:
     except FileExistsError:
         return
     except OSError as exc:
-        raise _error(exc, path) from exc
+        raise error(exc, path) from exc
     os.close(fd)
     try:
         _fsync_dir(path)
     except OSError as exc:
-        raise _error(exc, path) from exc
+        raise error(exc, path) from exc
 
 
 def _write_new(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        _write_all(fd, data, 0)
+        write_all(fd, data, 0)
         os.fsync(fd)
     finally:
         os.close(fd)
     _fsync_dir(path)
 
 
-def _write_all(fd: int, data: bytes, offset: int) -> None:
+def write_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` (``pwrite`` may write less than asked)."""
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)
@@ -272,7 +280,7 @@ def _stamp() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
-def _error(exc: OSError, path: str) -> JournalError:
+def error(exc: OSError, path: str) -> JournalError:
     code = exc.errno or errno.EIO
     return JournalError(code, os.strerror(code), path)
 

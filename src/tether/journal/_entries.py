@@ -99,6 +99,9 @@ def now() -> str:
     )
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def encode(entry: Entry) -> bytes:
     """One line (with its newline) for ``entry``.
 
@@ -112,12 +115,15 @@ def encode(entry: Entry) -> bytes:
             record[name] = value
             if type(value) is dict or type(value) is list:
                 _check_depth(entry.type, name, value)
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    return _ENCODER.encode(record).encode() + b"\n"
 
 
 def _check_depth(kind: str, name: str, value: Any) -> None:
     """Refuse a value nested deeper than ``MAX_DEPTH``: an iterative walk that stops at the
     limit, so a hostile value costs no recursion."""
+    children = value.values() if type(value) is dict else value
+    if not any(type(child) is dict or type(child) is list for child in children):
+        return  # flat: the common case
     stack: list[tuple[Any, int]] = [(value, 2)]
     while stack:
         item, level = stack.pop()

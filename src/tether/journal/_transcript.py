@@ -24,6 +24,7 @@ from .._worker import Worker
 from . import _disk
 from ._disk import JournalError, Repair
 from ._entries import STATUSES, Entry, Event, Message, ToolCall, ToolResult, new_id, now
+from ._sink import Sink
 
 logger = logging.getLogger("tether.journal")
 
@@ -41,20 +42,13 @@ class Transcript(metaclass=NoPublicConstructor):
     """
 
     def __init__(
-        self,
-        path: str,
-        entries: list[Entry],
-        tail: _disk.Tail,
-        fd: int,
-        lock_fd: int,
-        worker: Worker,
+        self, path: str, entries: list[Entry], sink: Sink, lock_fd: int, worker: Worker
     ) -> None:
         self.path = path
         self.repair: Repair | None = None
         """What opening had to repair, or ``None``."""
         self._entries = entries
-        self._tail = tail
-        self._fd: int | None = fd
+        self._sink: Sink | None = sink
         self._lock_fd = lock_fd
         self._worker = worker
         self._appends: GroupCommit[_Append, None] = GroupCommit(self._write)
@@ -109,13 +103,13 @@ class Transcript(metaclass=NoPublicConstructor):
             raise
         try:
             loaded = await worker.run(lambda: _disk.load(path, create=create))
-            fd = await worker.run(_disk.open_for_append, path)
+            tail = _disk.Tail(loaded.size, loaded.allocated, max(0, reserve))
+            sink = await Sink.open(path, tail, worker)
         except BaseException:
             os.close(lock_fd)
             worker.stop()
             raise
-        tail = _disk.Tail(loaded.size, loaded.allocated, max(0, reserve))
-        transcript = cls._create(path, loaded.entries, tail, fd, lock_fd, worker)
+        transcript = cls._create(path, loaded.entries, sink, lock_fd, worker)
         try:
             if loaded.repair is not None:
                 transcript.repair = loaded.repair
@@ -234,10 +228,9 @@ class Transcript(metaclass=NoPublicConstructor):
         """Write and sync one group of appends; index their entries once durable. The first
         failure breaks the transcript: every later append is refused until it is reopened."""
         self._check_open()
-        assert self._fd is not None
-        data = b"".join(data for _, data in appends)
+        assert self._sink is not None
         try:
-            await self._worker.run(_disk.append, self._fd, data, self._tail, self.path)
+            await self._sink.append(b"".join(data for _, data in appends))
         except JournalError as exc:
             self._broken = exc
             raise
@@ -248,7 +241,7 @@ class Transcript(metaclass=NoPublicConstructor):
         return [None] * len(appends)
 
     def _check_open(self) -> None:
-        if self._fd is None:
+        if self._sink is None:
             raise trio.ClosedResourceError(f"transcript {self.path} is closed")
         if self._broken is not None:
             failed = f"an earlier append failed: {self._broken.strerror}"
@@ -267,9 +260,9 @@ class Transcript(metaclass=NoPublicConstructor):
         """Wait for queued appends, close the file and release the lock; idempotent."""
         while self._appends.committing:
             await trio.lowlevel.checkpoint()  # the flusher is shielded and bounded by the disk
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            await self._worker.run(_close, fd, self._tail)
+        if self._sink is not None:
+            sink, self._sink = self._sink, None
+            await sink.aclose()
             os.close(self._lock_fd)
             self._worker.stop()
 
@@ -278,13 +271,6 @@ class Transcript(metaclass=NoPublicConstructor):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
-
-
-def _close(fd: int, tail: _disk.Tail) -> None:
-    try:
-        _disk.trim(fd, tail)
-    finally:
-        os.close(fd)
 
 
 _SPANS_SHOWN = 100

@@ -1,0 +1,91 @@
+"""``Sink``: where a transcript's bytes go, durably, and which path each append takes.
+
+The fast path: an append that fits in the space reserved ahead is copied into the page cache
+on the trio thread (``pwrite``, a few microseconds) and synced by the kernel (``KernelSync``),
+so no thread is woken. Everything else (an append that must reserve more space, one over
+``INLINE_WRITE``, a kernel without AIO, ``TETHER_JOURNAL_AIO=0``) is written and synced on the
+transcript's worker thread, and so is the sync of an append that finds the AIO ring full.
+Either way a failed append cuts the file back to where the data ended and raises
+``JournalError``: nothing of it is durable.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._worker import Worker
+from . import _disk
+from ._aio import KernelSync
+from ._disk import Tail
+
+INLINE_WRITE = 64 * 1024
+"""The largest append copied on the trio thread: a bigger one could keep the run waiting on
+the page cache for longer than a thread hop costs."""
+
+
+def kernel_sync_wanted() -> bool:
+    """Whether the kernel's AIO may be used (``TETHER_JOURNAL_AIO=0`` says no)."""
+    return os.environ.get("TETHER_JOURNAL_AIO", "1") != "0"
+
+
+class Sink:
+    """One transcript file open for appending, its reserved tail and its sync paths."""
+
+    def __init__(
+        self, fd: int, tail: Tail, worker: Worker, sync: KernelSync | None, path: str
+    ) -> None:
+        self.fd = fd
+        self.tail = tail
+        self.path = path
+        self._worker = worker
+        self._sync = sync
+
+    @classmethod
+    async def open(cls, path: str, tail: Tail, worker: Worker) -> Sink:
+        """Open ``path`` for appending after ``tail.size`` (``JournalError`` if it cannot)."""
+        fd = await worker.run(_disk.open_for_append, path)
+        try:
+            sync = await worker.run(KernelSync.open, fd) if kernel_sync_wanted() else None
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(fd, tail, worker, sync, path)
+
+    @property
+    def kernel_sync(self) -> bool:
+        """Whether appends that fit are synced by the kernel's AIO."""
+        return self._sync is not None
+
+    async def append(self, data: bytes) -> None:
+        """Make ``data`` durable after the data so far. Call it shielded from cancellation
+        (the transcript's group commit is): an append half done must be finished.
+
+        Raises:
+            JournalError: nothing of ``data`` is durable; the file is as it was.
+        """
+        tail = self.tail
+        if self._sync is None or len(data) > INLINE_WRITE or tail.size + len(data) > tail.allocated:
+            await self._worker.run(_disk.append, self.fd, data, tail, self.path)
+            return
+        try:
+            _disk.write_all(self.fd, data, tail.size)
+            if not await self._sync.datasync():  # the process's AIO ring is full
+                await self._worker.run(_disk.datasync, self.fd)
+        except OSError as exc:
+            await self._worker.run(_disk.cut_back, self.fd, tail)
+            raise _disk.error(exc, self.path) from exc
+        tail.size += len(data)
+
+    async def aclose(self) -> None:
+        """Cut the reserved tail off and close the file (on the worker thread)."""
+        sync, self._sync = self._sync, None
+        await self._worker.run(_close, self.fd, self.tail, sync)
+
+
+def _close(fd: int, tail: Tail, sync: KernelSync | None) -> None:
+    try:
+        if sync is not None:
+            sync.close()
+        _disk.trim(fd, tail)
+    finally:
+        os.close(fd)
