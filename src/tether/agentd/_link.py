@@ -13,6 +13,7 @@ import trio
 from ..channels import ChannelClosed
 from ..process import ProcessRef
 from ..wire import Connection, Message, Ping, ProtocolError
+from ..wire._codec import ping_frame
 from ._awake import AwakeClock
 
 
@@ -37,7 +38,8 @@ class Link:
         self._send_lock = trio.Lock()
         self._seq = 0
         self._acked = 0
-        self._changed = trio.Event()
+        self._changed: trio.Event | None = None
+        """Set when a pong arrives or the link closes, for whoever waits (made on demand)."""
 
     def __repr__(self) -> str:
         return f"<Link pid={self.ref.pid} epoch={self.epoch} acked={self._acked}>"
@@ -80,9 +82,9 @@ class Link:
         if self._send_lock.locked():
             return None
         try:
-            if not self.connection.send_nowait(Ping(self._seq + 1)):
+            if not self.connection.send_nowait(ping_frame(self._seq + 1)):
                 return None
-        except (ChannelClosed, ProtocolError):
+        except ChannelClosed:
             self.close()
             return 0
         self._seq += 1
@@ -101,6 +103,8 @@ class Link:
         checkpoint, so a caller looping on it cannot spin."""
         seq = await self.ping()
         while seq and self._acked < seq and not self.closed:
+            if self._changed is None:
+                self._changed = trio.Event()
             await self._changed.wait()
         return bool(seq) and self._acked >= seq
 
@@ -111,5 +115,6 @@ class Link:
         self._wake()
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None

@@ -78,6 +78,15 @@ def encode(message: Message) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+def ping_frame(seq: int) -> bytes:
+    """``encode(Ping(seq))``, without the general path: the daemon sends a thousand a
+    second, and a ping is one integer."""
+    if not 0 <= seq <= MAX_INT:
+        raise ProtocolError(f"ping: seq {seq} is out of range")
+    body = b'{"type":"ping","seq":%d}' % seq
+    return HEADER.pack(len(body)) + body
+
+
 def frame_length(header: bytes) -> int:
     """The body length a header announces.
 

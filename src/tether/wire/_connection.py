@@ -20,6 +20,7 @@ from ._messages import Error, Message
 logger = logging.getLogger("tether.wire")
 
 _UCRED = struct.Struct("3i")
+_READ = 65536
 
 
 @attrs.frozen
@@ -48,6 +49,8 @@ class Connection(metaclass=NoPublicConstructor):
     def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
         self._buffer = bytearray()
+        self._drained = False
+        """The last read left the socket empty: the next one waits first."""
         self.peer = peer_of(stream.socket)
 
     def __repr__(self) -> str:
@@ -65,17 +68,15 @@ class Connection(metaclass=NoPublicConstructor):
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise ChannelClosed(f"the peer (pid {self.peer.pid}) is gone: {exc}") from None
 
-    def send_nowait(self, message: Message) -> bool:
-        """Send one small message now if the socket takes all of it at once; whether it did
-        (``False``: the socket is full, send it with ``send``). The caller makes sure no
-        other send is part way through a frame. A frame under a page is never cut in two on
-        a Unix stream socket: the kernel takes it whole or not at all.
+    def send_nowait(self, frame: bytes) -> bool:
+        """Send one small encoded frame now if the socket takes all of it at once; whether
+        it did (``False``: the socket is full, send it with ``send``). The caller makes sure
+        no other send is part way through a frame. A frame under a page is never cut in two
+        on a Unix stream socket: the kernel takes it whole or not at all.
 
         Raises:
             ChannelClosed: the peer is gone.
-            ProtocolError: the message is too large to frame.
         """
-        frame = encode(message)
         try:  # trio made the socket non-blocking; SIGPIPE is ignored, as Python starts
             sent = os.write(self._stream.socket.fileno(), frame)
         except BlockingIOError:
@@ -127,16 +128,21 @@ class Connection(metaclass=NoPublicConstructor):
         fd = self._stream.socket.fileno()
         if fd < 0:
             raise trio.ClosedResourceError("the connection was closed")
-        await trio.lowlevel.checkpoint_if_cancelled()
         waited = False
+        if self._drained:  # skip a read that would find nothing
+            await trio.lowlevel.wait_readable(fd)
+            waited = True
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
         while True:
             try:
-                chunk = os.read(fd, 65536)
+                chunk = os.read(fd, _READ)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(fd)
                 waited = True
             else:
                 break
+        self._drained = 0 < len(chunk) < _READ
         if not waited:
             # It was ready at once: let the others run, without a cancellation that would
             # lose the bytes just read (it was checked before the read).
