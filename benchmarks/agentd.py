@@ -50,9 +50,10 @@ HERE = Path(__file__).parent
 
 EXAMPLE = [sys.executable, "-m", "tether.harness.example"]
 
-# A harness in 20 lines: hello, then answer every ping; exit 75 when superseded.
+# A harness in 30 lines: hello, then answer every ping, and beat every heartbeat for a daemon
+# of revision 3; exit 75 when superseded.
 MINI = r"""
-import json, os, socket, struct, sys
+import json, os, socket, struct, sys, time
 s = socket.socket(socket.AF_UNIX)
 s.connect(os.environ["TETHER_AGENTD"])
 def send(obj):
@@ -64,6 +65,7 @@ def recv():
         chunk = s.recv(4 - len(head))
         if not chunk: sys.exit(69)
         head += chunk
+        s.settimeout(None)  # the frame has begun: read it whole
     (n,) = struct.unpack(">I", head)
     body = b""
     while len(body) < n:
@@ -75,11 +77,22 @@ if "TETHER_SESSION" in os.environ:  # without it: an echo, the floor of a round 
 modes = {"idle": {"kind": "idle"}, "": {}, "turn": {"kind": "turn", "name": "model-a",
          "age": 12.5, "silence": 0.25, "threshold": 40.0, "source": "quantile"}}
 switch = os.environ.get("TETHER_BENCH_MODE_FILE")  # what each pong says the engine does
+def pong(seq):
+    mode = open(switch).read().strip() if switch else ""
+    send({"type": "pong", "seq": seq, **modes[mode]})
+every, beat = None, None
 while True:
-    m = recv()
-    if m["type"] == "ping":
-        mode = open(switch).read().strip() if switch else ""
-        send({"type": "pong", "seq": m["seq"], **modes[mode]})
+    s.settimeout(None if beat is None else max(0.0, beat - time.monotonic()))
+    try:
+        m = recv()
+    except socket.timeout:  # only ever between frames
+        pong(0)
+        beat += every
+        continue
+    if m["type"] == "welcome" and m.get("revision", 1) >= 3:
+        every = m["heartbeat"]
+        beat = time.monotonic() + every
+    elif m["type"] == "ping": pong(m["seq"])
     elif m["type"] == "superseded": sys.exit(75)
 """
 

@@ -43,8 +43,9 @@ from ._state import SessionState
 
 logger = logging.getLogger("tether.agentd")
 
-REVISION = 2
-"""The wire revision this daemon speaks: it reads activity on pongs (ADR 0025)."""
+REVISION = 3
+"""The wire revision this daemon speaks: it reads activity on pongs (2, ADR 0025) and wants
+a pong every heartbeat unasked from a harness that can (3, ADR 0027)."""
 REPLY_TIMEOUT = 5.0
 """Seconds a peer has to read what the daemon sends it (a reply, a refusal) before its
 connection is closed."""

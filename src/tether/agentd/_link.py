@@ -31,6 +31,8 @@ class Link:
         self.last_pong = clock.now()
         """When the harness last answered, on the daemon's awake clock."""
         self.closed = False
+        self.beats = False
+        """It sends a pong every heartbeat unasked, so it needs no heartbeat ping."""
         self.reading = trio.CancelScope()
         """The scope of the task reading the connection: ``close`` cancels it."""
         self.detached = trio.Event()
@@ -91,9 +93,12 @@ class Link:
         return self._seq
 
     def pong(self, seq: int) -> None:
-        """Record the harness's answer to ``Ping(seq)``."""
+        """Record the harness's answer to ``Ping(seq)``, or (``seq`` 0) its beat: from its
+        first beat on, the watchdog stops pinging it."""
         if seq > self._acked:
             self._acked = seq
+        elif seq == 0:
+            self.beats = True
         self.last_pong = self.clock.now()
         self._wake()
 

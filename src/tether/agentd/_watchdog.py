@@ -1,11 +1,12 @@
-"""``Watchdog``: once a heartbeat, every harness is pinged or, if silent, judged; a phantom is
-stopped, reaped and respawned without anyone asking, within the session's restart limit.
+"""``Watchdog``: once a heartbeat, every harness is pinged (unless it beats: it sends a pong
+every heartbeat unasked) or, if silent, judged; a phantom is stopped, reaped and respawned
+without anyone asking, within the session's restart limit.
 
 Beside it runs the awake clock's keeper, which counts the time the daemon itself was away
 (stopped, starved, blocked) so that it counts against no harness. One task ticks for all
 sessions, and sends every ping that the socket takes at once without a task switch, so an
 idle daemon wakes once per heartbeat (and the keeper up to four times a second), plus once
-per pong, however many sessions it holds.
+per batch of pongs, however many sessions it holds.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Watchdog:
                 self.tasks.start(self.judge_it, session, harness, name=f"judge {session.name}")
             elif harness.link is not None and harness.attached:
                 await self.stalls.check(session, harness)
-                if harness.link.ping_nowait() is None:
+                if not harness.link.beats and harness.link.ping_nowait() is None:
                     waiting.append(harness.link)
         for link in waiting:
             # Only a full socket buffer blocks: a harness that stopped reading.

@@ -1,16 +1,19 @@
 """The connection loop: the harness's side of the wire, and the only holder of the sender.
 
-It says ``Hello``; on ``Welcome`` it forwards prompts to the engine and answers every ``Ping``
-itself, so only a live loop looks alive (systemd's watchdog rule); on ``Superseded`` it returns
-and its sender, the last one, closes the engine's channel. If the daemon goes away it reconnects
-with backoff, and gives up after ``reconnect_for`` seconds without a welcome (a daemon that
-accepts the connection only to refuse every hello counts as gone too).
+It says ``Hello``; on ``Welcome`` it forwards prompts to the engine, answers every ``Ping``
+and, for a daemon of revision 3 or later, sends a ``Pong`` every heartbeat unasked (a beat,
+as a systemd service sends ``WATCHDOG=1``): all from this loop, so only a live loop looks
+alive. On ``Superseded`` it returns and its sender, the last one, closes the engine's
+channel. If the daemon goes away it reconnects with backoff, and gives up after
+``reconnect_for`` seconds without a welcome (a daemon that accepts the connection only to
+refuse every hello counts as gone too).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +43,8 @@ logger = logging.getLogger("tether.harness")
 
 ACTIVITY_REVISION = 2
 """The first wire revision whose daemon reads activity on pongs."""
+BEAT_REVISION = 3
+"""The first wire revision whose daemon wants a pong every heartbeat, unasked (a beat)."""
 
 
 class Ending(enum.Enum):
@@ -126,11 +131,25 @@ async def _converse(
 ) -> LoopResult | None:
     await connection.send(hello)
     reports = False
+    every = next_beat = math.inf
+
+    def pong(seq: int) -> Pong:
+        return Pong(seq, **report()) if reports and report is not None else Pong(seq)
+
     while True:
-        message = await connection.receive()
+        message = None
+        with trio.move_on_at(next_beat):  # receive is safe to cancel: it loses nothing
+            message = await connection.receive()
+        if message is None:  # this loop is alive: say so, unasked (ADR 0027)
+            await connection.send(pong(0))
+            next_beat = max(next_beat + every, trio.current_time())
+            continue
         if isinstance(message, Welcome):
             welcomed.set()
             reports = report is not None and message.revision >= ACTIVITY_REVISION
+            if message.revision >= BEAT_REVISION:
+                every = message.heartbeat
+                next_beat = trio.current_time() + every
             logger.info("welcomed by agentd: session %s epoch %d", message.session, message.epoch)
         elif isinstance(message, Superseded):
             logger.warning(
@@ -140,11 +159,7 @@ async def _converse(
             )
             return LoopResult(Ending.SUPERSEDED, message.current, message.reason)
         elif isinstance(message, Ping):
-            if reports:
-                assert report is not None
-                await connection.send(Pong(message.seq, **report()))
-            else:
-                await connection.send(Pong(message.seq))
+            await connection.send(pong(message.seq))
         elif isinstance(message, Prompt | Nudge):
             try:
                 commands.try_send(message)  # unbounded: the loop never waits on the engine

@@ -88,33 +88,35 @@ class Connection(metaclass=NoPublicConstructor):
         return True
 
     async def receive(self) -> Message:
-        """The next message.
+        """The next message. Safe to cancel: nothing is taken from the connection until a
+        whole frame has arrived, so a cancelled ``receive`` loses nothing.
 
         Raises:
             ChannelClosed: the peer closed the connection between two frames.
             ProtocolError: a bad frame, or the connection was cut in the middle of one.
         """
-        header = await self._read(HEADER.size, at_boundary=True)
-        body = await self._read(frame_length(header), at_boundary=False)
+        await self._buffered(HEADER.size)
+        end = HEADER.size + frame_length(bytes(self._buffer[: HEADER.size]))
+        await self._buffered(end)
+        body = bytes(self._buffer[HEADER.size : end])
+        del self._buffer[:end]
         return decode(body)
 
-    async def _read(self, size: int, *, at_boundary: bool) -> bytes:
+    async def _buffered(self, size: int) -> None:
+        """Read until the buffer holds ``size`` bytes."""
         buffer = self._buffer
         while len(buffer) < size:
             try:
                 chunk = await self._receive_some()
             except (OSError, trio.ClosedResourceError) as exc:
                 chunk = b""
-                if not buffer and at_boundary:
+                if not buffer:
                     raise ChannelClosed(f"the peer (pid {self.peer.pid}) is gone: {exc}") from None
             if not chunk:
-                if not buffer and at_boundary:
+                if not buffer:
                     raise ChannelClosed(f"the peer (pid {self.peer.pid}) closed the connection")
                 raise ProtocolError(f"connection cut mid-frame ({len(buffer)} of {size} bytes)")
             buffer += chunk
-        data = bytes(buffer[:size])
-        del buffer[:size]
-        return data
 
     async def _receive_some(self) -> bytes:
         """What the socket holds (up to 64 KiB), waiting for it if it holds nothing; a

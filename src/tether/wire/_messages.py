@@ -20,13 +20,15 @@ class Hello:
 
 @attrs.frozen
 class Welcome:
-    """Daemon to harness: the epoch is current; ping every ``heartbeat`` seconds."""
+    """Daemon to harness: the epoch is current; the daemon's heartbeat is ``heartbeat``."""
 
     session: str
     epoch: int
     heartbeat: float
     revision: int = 1
-    """The daemon's wire revision: 2 reads activity on pongs (an older daemon omits it)."""
+    """The daemon's wire revision (an older daemon omits it): 2 reads activity on pongs; 3
+    wants a ``Pong`` with ``seq`` 0 every ``heartbeat`` seconds unasked (a beat), and stops
+    pinging a harness once it beats."""
 
 
 @attrs.frozen
