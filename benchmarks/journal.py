@@ -161,9 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     for key, name, target in rows:
         ratios = sorted(a / b for a, b in zip(ours[key], theirs[key], strict=True))
+        tether, bare = statistics.median(ours[key]), statistics.median(theirs[key])
         print(
-            f"| {name} | {statistics.median(ours[key]):,.0f} | {statistics.median(theirs[key]):,.0f}"
-            f" | {statistics.median(ratios):.2f} | {ratios[0]:.2f} to {ratios[-1]:.2f} | {target} |"
+            f"| {name} | {tether:,.0f} | {bare:,.0f} | {statistics.median(ratios):.2f}"
+            f" | {ratios[0]:.2f} to {ratios[-1]:.2f} | {target} |"
         )
     print(
         f"| open + repair a {args.entries:,}-entry transcript with a torn tail"

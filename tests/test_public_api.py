@@ -131,10 +131,12 @@ PROCESS_TOOLS = {
 # DESIGN.md's layers, bottom first; a module may import only from layers before its own.
 LAYERS = [
     "_util",
+    "_lazy",
     "_procfs",
     "_clock",
     "_keeper",
     "_worker",
+    "_batch",
     "_sqlite",
     "channels",
     "signals",

@@ -4,7 +4,6 @@ running daemon, and ``default_socket``: where they look for it."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -12,15 +11,11 @@ import trio
 
 from ..channels import ChannelClosed
 from ..wire import Connection, Control, Error, ProtocolError, Reply, ServerBusy, connect, encode
+from ..wire._control import default_socket as default_socket
 from ._outcomes import AgentdError
 
 BUSY_FOR = 5.0
 """Seconds a client keeps retrying a daemon whose listen queue is full."""
-
-
-def default_socket() -> str:
-    """``$TETHER_AGENTD``, else ``/tmp/tether-<uid>/agentd.sock``."""
-    return os.environ.get("TETHER_AGENTD") or f"/tmp/tether-{os.getuid()}/agentd.sock"
 
 
 EX_DATAERR, EX_UNAVAILABLE, EX_PROTOCOL, EX_TEMPFAIL = 65, 69, 76, 75

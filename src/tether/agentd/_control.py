@@ -4,7 +4,6 @@ or an ``Error`` naming why."""
 
 from __future__ import annotations
 
-import enum
 import os
 from typing import Any, Protocol
 
@@ -14,6 +13,7 @@ from ..channels import Receiver
 from ..epochs import OwnedElsewhere, StoreUnavailable
 from ..process import SpawnError
 from ..wire import Connection, Control, Error, Message, Prompt, ProtocolError, Reply, encode
+from ..wire._control import ControlOp
 from ._connections import send_within
 from ._events import AgentEvent, EventLog
 from ._feeds import stream_events, stream_log
@@ -28,36 +28,6 @@ from ._outcomes import (
 )
 from ._registry import valid_name
 from ._state import SessionState
-
-
-class ControlOp(enum.StrEnum):
-    """What a ``Control`` request asks the daemon to do."""
-
-    PS = "ps"
-    START = "start"
-    SEND = "send"
-    STOP = "stop"
-    RESET = "reset"
-    EVENTS = "events"
-    LOGS = "logs"
-
-    @property
-    def takes_session(self) -> bool:
-        return self not in (ControlOp.PS, ControlOp.EVENTS)
-
-    @property
-    def takes_text(self) -> bool:
-        return self is ControlOp.SEND
-
-    @property
-    def needs_session(self) -> bool:
-        """It acts on an existing session (unless the request says ``create``)."""
-        return self in (ControlOp.SEND, ControlOp.STOP, ControlOp.RESET, ControlOp.LOGS)
-
-    @property
-    def streams(self) -> bool:
-        """It answers with a stream of replies (``events``, ``logs``)."""
-        return self in (ControlOp.EVENTS, ControlOp.LOGS)
 
 
 class NoSuchSession(AgentdError):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import logging.handlers
 import sys
 from typing import Any
 
@@ -42,7 +41,9 @@ def configure(level: str = "info", fmt: str = "text", path: str | None = None) -
     if path is None:
         handler = logging.StreamHandler(sys.stderr)
     else:
-        handler = logging.handlers.WatchedFileHandler(path, encoding="utf-8")
+        from logging.handlers import WatchedFileHandler  # only a daemon logging to a file
+
+        handler = WatchedFileHandler(path, encoding="utf-8")
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT))
     root = logging.getLogger()
     for old in list(root.handlers):

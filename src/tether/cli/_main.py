@@ -27,7 +27,7 @@ examples:
 
 def parser() -> Parser:
     """The whole command line (``run`` has its own, for speed: ``tether run --help``)."""
-    from . import _agentd, _ops
+    from . import _agentd_args, _ops
 
     top = Parser(prog="tether", description=DESCRIPTION, epilog=EXAMPLES, formatter_class=Formatter)
     top.add_argument("--version", action="version", version=f"tether {__version__}")
@@ -57,7 +57,7 @@ def parser() -> Parser:
         " left behind (tether run --help)",
         add_help=False,
     )
-    _agentd.add_command(commands)
+    _agentd_args.add_command(commands)
     _ops.add_commands(commands)
     return top
 
@@ -75,20 +75,26 @@ def main(args: Sequence[str]) -> int:
 
 
 def _run(args: list[str]) -> int:
-    import trio
-
-    from . import _agentd, _ops, _transcript
-    from ._demo import demo
-
+    """Parse ``args`` and run the command, importing only what it needs."""
     parsed = parser().parse_args(args)
     if parsed.command == "demo":
+        import trio
+
+        from ._demo import demo
+
         return trio.run(
             partial(
                 demo, sys.stdout, scenario=parsed.scenario, as_json=parsed.json, keep=parsed.keep
             )
         )
     if parsed.command == "transcript":
+        from . import _transcript
+
         return _transcript.run(parsed.action, parsed.path, sys.stdout)
     if parsed.command == "agentd":
+        from . import _agentd
+
         return _agentd.run(parsed)
+    from . import _ops
+
     return _ops.run(parsed, sys.stdout)

@@ -8,14 +8,11 @@ import json
 import sys
 from typing import Any, TextIO
 
-import trio
-
-from ..agentd._client import default_socket, request, stream
-from ..agentd._control import ControlOp
 from ..agentd._state import SessionState
-from ..wire import Control
-from ._errors import EX_TEMPFAIL, CliError, Formatter, positive
+from ..wire._control import ControlOp, default_socket
+from ._errors import Formatter, positive
 from ._ps import table
+from ._request import request
 
 OPS = tuple(op.value for op in ControlOp)
 """The commands this module registers and runs."""
@@ -95,22 +92,20 @@ def add_commands(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    """Run one of the commands ``add_commands`` registered; the exit status."""
+    """Run one of the commands ``add_commands`` registered; the exit status. A one-shot
+    request runs without trio (``_request``); the streams and ``ps --watch`` run on it."""
     op = ControlOp(args.command)
-    if op is ControlOp.PS and args.watch is not None:
+    if op.streams or (op is ControlOp.PS and args.watch is not None):
+        import trio
+
         try:
-            return trio.run(_watch, args, out)
-        except KeyboardInterrupt:
-            return 0
-    if op.streams:
-        try:
-            return trio.run(_stream, args, out)
+            return trio.run(_stream if op.streams else _watch, args, out)
         except KeyboardInterrupt:
             return 0
     text = getattr(args, "text", "")
     if text == "-":
         text = sys.stdin.read()
-    result = trio.run(_request, args, text)
+    result = _request(args, text)
     if op is ControlOp.PS:
         out.write(_ps(result, args))
     else:
@@ -118,15 +113,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-async def _request(args: argparse.Namespace, text: str) -> dict[str, Any]:
-    timeout = getattr(args, "timeout", None)
-    with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
-        return await request(
-            args.socket, args.command, getattr(args, "session", ""), text,
-            create=getattr(args, "create", False),
-        )  # fmt: skip
-    assert scope.cancelled_caught
-    raise CliError(EX_TEMPFAIL, f"no answer from agentd within {timeout:g}s")
+def _request(args: argparse.Namespace, text: str) -> dict[str, Any]:
+    return request(
+        args.socket, args.command, getattr(args, "session", ""), text,
+        create=getattr(args, "create", False), timeout=getattr(args, "timeout", None),
+    )  # fmt: skip
 
 
 def _ps(result: dict[str, Any], args: argparse.Namespace) -> str:
@@ -139,15 +130,22 @@ def _ps(result: dict[str, Any], args: argparse.Namespace) -> str:
 
 
 async def _watch(args: argparse.Namespace, out: TextIO) -> int:
+    import trio
+
+    from ..agentd._client import request as ask
+
     clear = "\x1b[H\x1b[2J" if out.isatty() else ""
     while True:
-        shown = _ps(await _request(args, ""), args)
+        shown = _ps(await ask(args.socket, args.command), args)
         out.write(clear + shown + ("" if clear else "\n"))
         out.flush()
         await trio.sleep(args.watch)
 
 
 async def _stream(args: argparse.Namespace, out: TextIO) -> int:
+    from ..agentd._client import stream
+    from ..wire import Control
+
     op = ControlOp(args.command)
     control = Control(op, args.session, follow=args.follow, lines=args.lines)
     async for item in stream(args.socket, control):

@@ -1,0 +1,43 @@
+"""The control protocol's vocabulary, shared by the daemon and every client: what a
+``Control`` asks (``ControlOp``), and where a client looks for the daemon (``default_socket``).
+Nothing here imports trio, so a one-shot command (``tether ps``) does not pay for it."""
+
+from __future__ import annotations
+
+import enum
+import os
+
+
+def default_socket() -> str:
+    """``$TETHER_AGENTD``, else ``/tmp/tether-<uid>/agentd.sock``."""
+    return os.environ.get("TETHER_AGENTD") or f"/tmp/tether-{os.getuid()}/agentd.sock"
+
+
+class ControlOp(enum.StrEnum):
+    """What a ``Control`` request asks the daemon to do."""
+
+    PS = "ps"
+    START = "start"
+    SEND = "send"
+    STOP = "stop"
+    RESET = "reset"
+    EVENTS = "events"
+    LOGS = "logs"
+
+    @property
+    def takes_session(self) -> bool:
+        return self not in (ControlOp.PS, ControlOp.EVENTS)
+
+    @property
+    def takes_text(self) -> bool:
+        return self is ControlOp.SEND
+
+    @property
+    def needs_session(self) -> bool:
+        """It acts on an existing session (unless the request says ``create``)."""
+        return self in (ControlOp.SEND, ControlOp.STOP, ControlOp.RESET, ControlOp.LOGS)
+
+    @property
+    def streams(self) -> bool:
+        """It answers with a stream of replies (``events``, ``logs``)."""
+        return self in (ControlOp.EVENTS, ControlOp.LOGS)
