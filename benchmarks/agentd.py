@@ -87,11 +87,11 @@ while True:
         m = recv()
     except socket.timeout:  # only ever between frames
         pong(0)
-        beat += every
+        beat = (time.monotonic() // every + 1) * every
         continue
     if m["type"] == "welcome" and m.get("revision", 1) >= 3:
         every = m["heartbeat"]
-        beat = time.monotonic() + every
+        beat = (time.monotonic() // every + 1) * every
     elif m["type"] == "ping": pong(m["seq"])
     elif m["type"] == "superseded": sys.exit(75)
 """

@@ -5,13 +5,15 @@ loop and a stall, and the wire's optional fields in both directions."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
 
-from tether import Backoff, SqliteEpochStore, wire
+from tether import Agentd, Backoff, SqliteEpochStore, wire
 from tether.agentd._activity import Activity
 from tether.agentd._awake import AwakeClock
 from tether.epochs import SessionRecord
@@ -107,3 +109,62 @@ def test_optional_fields_are_left_out_at_their_default_and_may_be_missing() -> N
     assert old_welcome.revision == 1
     with pytest.raises(wire.ProtocolError, match="must be a finite float"):
         wire.decode(b'{"type": "pong", "seq": 1, "silence": "long"}')
+
+
+RAW_HARNESS = r"""
+import json, os, socket, struct, sys, time
+beats = sys.argv[1] == "beats"
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["TETHER_AGENTD"])
+def send(obj):
+    body = json.dumps(obj).encode()
+    s.sendall(struct.pack(">I", len(body)) + body)
+def recv():
+    head = s.recv(4, socket.MSG_WAITALL)
+    if len(head) < 4: sys.exit(69)
+    return json.loads(s.recv(struct.unpack(">I", head)[0], socket.MSG_WAITALL))
+send({"type": "hello", "session": os.environ["TETHER_SESSION"],
+      "epoch": int(os.environ["TETHER_EPOCH"]), "pid": os.getpid(), "create_time": 0.0})
+welcome = recv()
+log = open(os.environ["PINGS"], "a")
+s.settimeout(welcome["heartbeat"] / 2)
+while True:
+    try:
+        m = recv()
+    except socket.timeout:  # frames are tiny: a timeout is always between two
+        if beats:
+            send({"type": "pong", "seq": 0})
+        continue
+    if m["type"] == "ping":
+        print(m["seq"], file=log, flush=True)
+        send({"type": "pong", "seq": m["seq"]})
+"""
+
+
+@pytest.mark.parametrize("beats", [True, False])
+async def test_the_daemon_stops_pinging_a_harness_once_it_beats(
+    tmp_path: Path, beats: bool
+) -> None:
+    """Revision 3: a harness that sends a pong every heartbeat unasked is not pinged again
+    after its first beat, and stays attached; one that does not beat is pinged every
+    heartbeat, as before."""
+    tmp_path.chmod(0o700)
+    pings = tmp_path / "pings"
+    pings.touch()
+    argv = [sys.executable, "-c", RAW_HARNESS, "beats" if beats else "quiet"]
+    async with SqliteEpochStore(tmp_path / "e.sqlite3") as store:
+        daemon = Agentd(
+            store, tmp_path / "a.sock", argv, heartbeat=0.2, miss_limit=5,
+            env={**os.environ, "PINGS": str(pings)}, reap_orphans=True,
+        )  # fmt: skip
+        async with daemon.running(stop_harnesses=True):
+            attached = await daemon.start_agent("s1")
+            await trio.sleep(1.0)  # five heartbeats
+            assert daemon.attached() == {"s1": attached.pid}, "the harness was replaced"
+            before = len(pings.read_text().split())
+            await trio.sleep(2.0)
+            during = len(pings.read_text().split()) - before
+    if beats:
+        assert during == 0, f"pinged {during} times in 10 heartbeats although it beats"
+    else:
+        assert during >= 5, f"pinged only {during} times in 10 heartbeats"

@@ -183,3 +183,39 @@ def test_bad_metrics_addresses_and_a_missing_extra_are_one_line(tmp_path: Path) 
     )  # fmt: skip
     assert done.returncode == 69
     assert "pip install 'tether[metrics]'" in done.stderr
+
+
+ONE_SHOT = """
+import sys
+from tether.cli import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ("trio", "tether.agentd._daemon", "tether.epochs") if m in sys.modules)
+print("imported:", heavy, file=sys.stderr)
+sys.exit(code if not heavy else 99)
+"""
+
+
+async def test_one_shot_commands_run_without_importing_trio(tmp_path: Path) -> None:
+    """``ps``, ``start``, ``stop`` and a refused ``send`` are one request each: they answer
+    as they always did, without importing trio or the daemon (a fraction of the start-up)."""
+    sock = str(tmp_path / "agentd.sock")
+    async with operated(tmp_path):
+        for args in (["start", "s1"], ["ps", "--json"], ["stop", "s1"], ["send", "nope", "hi"]):
+            done = subprocess.run(
+                [sys.executable, "-c", ONE_SHOT, args[0], "--socket", sock, *args[1:]],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert "imported: []" in done.stderr, done.stderr
+            if args[0] == "send":
+                assert done.returncode == 69, done.stderr  # the daemon's code for it
+                assert "tether send: session 'nope': no such session" in done.stderr
+            else:
+                assert done.returncode == 0, done.stderr
+        rows = json.loads(run(tmp_path, "ps", "--json"))["sessions"]
+        assert [(row["session"], row["state"]) for row in rows] == [("s1", "stopped")]
+    missing = subprocess.run(
+        [sys.executable, "-c", ONE_SHOT, "ps", "--socket", sock],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert missing.returncode == 69, missing.stderr
+    assert f"tether ps: no agentd at {sock}" in missing.stderr

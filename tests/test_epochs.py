@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +238,35 @@ async def test_sqlite_opens_a_file_an_earlier_version_wrote(tmp_path: Path) -> N
         assert [p.id for p in await store.pending()] == ["done"]
     async with SqliteEpochStore(path) as store:  # and it opens again as it is
         assert await store.current("s") == 3
+
+
+async def test_concurrent_sqlite_bumps_share_transactions_and_never_an_epoch(
+    tmp_path: Path,
+) -> None:
+    """Bumps made while one commits go in the next transaction together: from two stores on
+    one file (two connections, as two processes would have), 300 concurrent bumps over five
+    sessions issue each session's epochs once each, with no gap, and fewer transactions than
+    bumps."""
+    path = tmp_path / "e.sqlite3"
+    issued: dict[str, list[int]] = {}
+    async with SqliteEpochStore(path) as a, SqliteEpochStore(path) as b:
+        groups: list[int] = []
+        for store in (a, b):
+            commit = store._bumps._commit
+
+            async def counting(sessions: Sequence[str], commit: Any = commit) -> list[int]:
+                groups.append(len(sessions))
+                return await commit(sessions)  # type: ignore[no-any-return]
+
+            store._bumps._commit = counting  # type: ignore[method-assign]
+
+        async def bump(store: SqliteEpochStore, session: str) -> None:
+            issued.setdefault(session, []).append(await store.bump(session))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(300):
+                nursery.start_soon(bump, (a, b)[i % 2], f"s{i % 5}")
+    for session, epochs in issued.items():
+        assert sorted(epochs) == list(range(1, 61)), session
+    assert sum(groups) == 300
+    assert len(groups) < 300, "no bumps were grouped"

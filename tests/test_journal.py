@@ -5,9 +5,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,16 +51,29 @@ async def test_entries_round_trip_with_monotonic_seq_and_utc_timestamps(tmp_path
     assert isinstance(written[3], Event)
 
 
-async def test_a_tool_call_is_on_disk_when_it_returns(tmp_path: Path) -> None:
+@pytest.fixture(params=["kernel", "thread"])
+def sync_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with appends synced by the kernel's AIO, then on the worker thread."""
+    monkeypatch.setenv("TETHER_JOURNAL_AIO", "1" if request.param == "kernel" else "0")
+    return str(request.param)
+
+
+def _kernel_sync_here() -> bool:
+    return sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
+
+
+async def test_a_tool_call_is_on_disk_when_it_returns(tmp_path: Path, sync_path: str) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr:
+        assert tr._sink is not None
+        assert tr._sink.kernel_sync == (sync_path == "kernel" and _kernel_sync_here())
         call = await tr.tool_call("rm", {"path": "/tmp/x"})
         assert scan(path.read_bytes()).entries[-1].id == call.id
         assert tr.dangling() == [call]
 
 
 async def test_a_live_transcript_reserves_space_and_a_closed_one_is_plain_lines(
-    tmp_path: Path,
+    tmp_path: Path, sync_path: str
 ) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr:
@@ -326,7 +341,7 @@ WRITER = """
     ],
 )
 async def test_kill_9_mid_stream_keeps_every_acknowledged_call(
-    tmp_path: Path, acks: int, blob: int, reserve: int
+    tmp_path: Path, acks: int, blob: int, reserve: int, sync_path: str
 ) -> None:
     path = tmp_path / "t.jsonl"
     writer = subprocess.Popen(
@@ -347,7 +362,7 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_call(
             assert b"\0" not in Path(tr.repair.quarantine).read_bytes(), "zeros were damage"
 
 
-async def test_concurrent_writers_in_one_process_serialize(tmp_path: Path) -> None:
+async def test_concurrent_writers_in_one_process_serialize(tmp_path: Path, sync_path: str) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr, trio.open_nursery() as nursery:
         for w in range(20):
@@ -416,7 +431,9 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
-async def test_a_full_disk_raises_journal_error_and_leaves_no_torn_line(tiny_disk: Path) -> None:
+async def test_a_full_disk_raises_journal_error_and_leaves_no_torn_line(
+    tiny_disk: Path, sync_path: str
+) -> None:
     path = tiny_disk / "t.jsonl"
     async with await Transcript.open(path) as tr:
 

@@ -93,3 +93,44 @@ def _ignores_sigint(pid: int) -> bool:
             if line.startswith("SigIgn:"):
                 return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
     return False
+
+
+async def test_a_harness_beats_for_a_revision_3_daemon_and_not_for_an_older_one(
+    tmp_path: Path,
+) -> None:
+    """Told revision 3, the harness's loop sends a pong every heartbeat unasked (a beat, seq
+    0); told revision 1, it only answers pings."""
+    tmp_path.chmod(0o700)
+    beats: dict[int, list[int]] = {}
+    for revision in (3, 1):
+        session = unique_session()
+        path = tmp_path / f"r{revision}.sock"
+        (tmp_path / str(revision)).mkdir()
+        options = {"heartbeat": 0.1, "pinging": False, "revision": revision}
+        async with FakeAgentd.serving(path, **options) as daemon:
+            harness = subprocess.Popen(
+                [sys.executable, "-m", "tether.harness.example"],
+                env={
+                    **os.environ,
+                    "TETHER_SESSION": session,
+                    "TETHER_EPOCH": "1",
+                    "TETHER_AGENTD": str(path),
+                    "TETHER_STATE_DIR": str(tmp_path / str(revision)),
+                },
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                with trio.fail_after(20):
+                    await daemon.connected.wait()
+                if revision == 3:
+                    await wait_until(lambda: len(daemon.pongs) >= 5)
+                else:
+                    await trio.sleep(0.5)  # five heartbeats in which a beat would come
+            finally:
+                harness.terminate()  # its own teardown stops its tree
+                await trio.to_thread.run_sync(harness.wait, 20)
+                kill_marked(session)
+            beats[revision] = list(daemon.pongs)
+    assert set(beats[3]) == {0}
+    assert beats[1] == []

@@ -33,6 +33,7 @@ from tether.wire import (
     UnsafeSocketPath,
     Welcome,
 )
+from tether.wire._codec import ping_frame
 
 # --- the codec -------------------------------------------------------------------------------
 
@@ -168,6 +169,30 @@ async def server(
         async with trio.open_nursery() as nursery:
             await nursery.start(wire.serve, path, recording)
             yield path, escaped
+            nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def _pair(directory: Path) -> AsyncIterator[tuple[Connection, trio.SocketStream]]:
+    """A served ``Connection`` and the raw stream at its other end."""
+    directory.chmod(0o700)
+    handed: list[Connection] = []
+    arrived, done = trio.Event(), trio.Event()
+
+    async def hold(connection: Connection) -> None:
+        handed.append(connection)
+        arrived.set()
+        await done.wait()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wire.serve, directory / "s.sock", hold)
+        raw = await trio.open_unix_socket(str(directory / "s.sock"))
+        await arrived.wait()
+        try:
+            yield handed[0], raw
+        finally:
+            done.set()
+            await raw.aclose()
             nursery.cancel_scope.cancel()
 
 
@@ -386,3 +411,33 @@ def test_connect_to_nothing_is_an_os_error(tmp_path: Path) -> None:
             await wire.connect(tmp_path / "nobody.sock")
 
     trio.run(main)
+
+
+async def test_a_cancelled_receive_loses_nothing_of_a_frame_half_arrived(tmp_path: Path) -> None:
+    """The harness's loop cancels ``receive`` to beat on time; a frame whose header has
+    arrived but not its body must be received whole afterwards."""
+    frame = wire.encode(wire.Prompt("p1", "x" * 1000, {}))
+    async with _pair(tmp_path) as (server, raw):
+        await raw.send_all(frame[:10])
+        with trio.move_on_after(0.2) as scope:
+            await server.receive()
+        assert scope.cancelled_caught
+        await raw.send_all(frame[10:])
+        assert await server.receive() == wire.Prompt("p1", "x" * 1000, {})
+
+
+@given(st.integers(0, 2**63 - 1))
+def test_the_ping_fast_path_frames_exactly_what_the_codec_does(seq: int) -> None:
+    assert ping_frame(seq) == wire.encode(wire.Ping(seq))
+
+
+async def test_send_nowait_says_when_the_socket_is_full(tmp_path: Path) -> None:
+    async with _pair(tmp_path) as (server, raw):
+        sent = 0
+        while server.send_nowait(wire.encode(wire.Ping(sent + 1))):
+            sent += 1
+            assert sent < 1_000_000, "the socket never filled"
+        received = bytearray()
+        while len(received) < len(wire.encode(wire.Ping(1))) * min(sent, 9):
+            received += await raw.receive_some(65536)
+        assert received.startswith(wire.encode(wire.Ping(1)))

@@ -15,6 +15,7 @@ import enum
 import logging
 import math
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ from ..wire import (
     Superseded,
     Welcome,
     connect,
+    encode,
 )
 from ._context import Command
 
@@ -45,6 +47,8 @@ ACTIVITY_REVISION = 2
 """The first wire revision whose daemon reads activity on pongs."""
 BEAT_REVISION = 3
 """The first wire revision whose daemon wants a pong every heartbeat, unasked (a beat)."""
+MIN_BEAT = 0.01
+"""Seconds between beats at the least, whatever heartbeat a daemon asks for."""
 
 
 class Ending(enum.Enum):
@@ -115,6 +119,14 @@ async def connection_loop(
                 delay = min(delay * 2, 1.0)
 
 
+def _next_beat(every: float) -> float:
+    """The trio time of the next multiple of ``every`` on the host's monotonic clock: every
+    harness of a host beats at the same instants, so the daemon reads their beats in one
+    batch per heartbeat, as it reads the pongs of a round of pings (ADR 0027)."""
+    now = time.monotonic()
+    return trio.current_time() + ((now // every + 1) * every - now)
+
+
 async def _connect(agentd: str) -> Connection | OSError:
     try:
         return await connect(agentd)
@@ -141,15 +153,18 @@ async def _converse(
         with trio.move_on_at(next_beat):  # receive is safe to cancel: it loses nothing
             message = await connection.receive()
         if message is None:  # this loop is alive: say so, unasked (ADR 0027)
-            await connection.send(pong(0))
-            next_beat = max(next_beat + every, trio.current_time())
+            # Never wait to beat: a full socket is a daemon not reading (stopped, say), and
+            # the beats already queued say all this one would.
+            connection.send_nowait(encode(pong(0)))
+            next_beat = _next_beat(every)
+            await trio.lowlevel.checkpoint()
             continue
         if isinstance(message, Welcome):
             welcomed.set()
             reports = report is not None and message.revision >= ACTIVITY_REVISION
-            if message.revision >= BEAT_REVISION:
-                every = message.heartbeat
-                next_beat = trio.current_time() + every
+            if message.revision >= BEAT_REVISION and message.heartbeat > 0:
+                every = max(message.heartbeat, MIN_BEAT)
+                next_beat = _next_beat(every)
             logger.info("welcomed by agentd: session %s epoch %d", message.session, message.epoch)
         elif isinstance(message, Superseded):
             logger.warning(

@@ -47,8 +47,12 @@ class FakeAgentd:
     """The epoch named in ``Superseded`` (default: the hello's epoch + 1)."""
     heartbeat: float = 1.0
     pinging: bool = True
+    revision: int = 1
+    """The wire revision its ``Welcome`` names: 3 asks harnesses to beat (a ``Pong`` with seq
+    0 every heartbeat, unasked), as agentd does."""
     hellos: list[Hello] = attrs.field(factory=list)
     pongs: list[int] = attrs.field(factory=list)
+    """The seq of every pong, in order (0: a beat)."""
     connected: trio.Event = attrs.field(factory=trio.Event)
     _connections: dict[Connection, Hello] = attrs.field(factory=dict)
 
@@ -73,7 +77,7 @@ class FakeAgentd:
             current = self.current if self.current is not None else hello.epoch + 1
             await connection.send(Superseded(hello.session, hello.epoch, current))
             return
-        await connection.send(Welcome(hello.session, hello.epoch, self.heartbeat))
+        await connection.send(Welcome(hello.session, hello.epoch, self.heartbeat, self.revision))
         self._connections[connection] = hello
         self.connected.set()
         try:
