@@ -11,9 +11,11 @@ Run with ``make bench`` (or ``python benchmarks/agentd.py [--sessions N]``).
   step: ``2 x grace`` of it is the escalation policy, not the daemon.
 - spawn: ``start_agent`` on a new session (bump, spawn, hello) against the floor of starting
   the harness's interpreter and importing the harness module, in the same run.
-- 200 sessions: a daemon with N attached harnesses (a minimal harness that speaks the wire
-  and answers pings, so the machine can hold them all) and a 1 s heartbeat: the daemon's own
-  CPU share of one core and its RSS over 10 heartbeats; target under 5 %.
+- 200 sessions: a daemon with N attached harnesses (a minimal harness that speaks the wire,
+  answers pings and beats, so the machine can hold them all) and a 1 s heartbeat: the
+  daemon's own CPU share of one core and its RSS over 10 heartbeats; target under 5 %.
+- the fleet (``fleet.py``, ``--fleet N``, 1,000 by default): CPU, RSS and ``ps`` with N
+  sessions on one daemon.
 - load (issue 15): ``tether agentd`` in its own process with real harnesses
   (``load_harness.py``: ``run_harness``, an engine that records each prompt durably), 200
   sessions started 10 at a time, then 2,000 sends at once through the socket; against a control
@@ -395,6 +397,7 @@ async def main() -> None:
     parser.add_argument("--stop-for", type=float, default=8.0)
     parser.add_argument("--load-only", action="store_true", help="only the load run")
     parser.add_argument("--no-load", action="store_true", help="skip the load run")
+    parser.add_argument("--fleet", type=int, default=1000, help="fleet size (0: skip it)")
     args = parser.parse_args()
     if not args.no_load:
         with tempfile.TemporaryDirectory() as tmp:
@@ -459,6 +462,12 @@ async def main() -> None:
         f" | {busy * 100:.2f} % | {idle * 100:.2f} % | {busy / idle:.2f}x"
         " | the same sessions reporting idle |"
     )
+    if args.fleet:
+        from fleet import measure
+
+        print(f"\nagentd fleet: {args.fleet:,} attached sessions on one daemon\n")
+        print("| measure | tether | reference | ratio |\n| --- | --- | --- | --- |")
+        print("\n".join(await measure(args.fleet, None)))
 
 
 if __name__ == "__main__":
