@@ -333,3 +333,32 @@ async def test_grouped_bumps_keep_every_rule_of_a_single_bump(
     assert len(issued) == len(set(issued)), f"an epoch was issued twice: {sorted(issued)}"
     for store in (a, b, c):
         await store.aclose()
+
+
+async def test_a_backlog_of_calls_does_not_starve_the_host_lease(
+    etcd_cluster: Cluster, prefix: str
+) -> None:
+    """Five thousand reads queued for the client's 32 turns take seconds to drain; the lease's
+    keepalives have turns of their own, so the host keeps its lease (and its sessions)."""
+    store = _store(etcd_cluster, "a", prefix, lease_ttl=2, timeout=30.0)
+    lost: list[float] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.keep_alive)
+        assert await store.bump("s") == 1
+
+        async def watch() -> None:
+            while True:
+                if not store.lease_held():
+                    lost.append(trio.current_time())
+                await trio.sleep(0.05)
+
+        nursery.start_soon(watch)
+        async with trio.open_nursery() as backlog:
+            for i in range(5_000):
+                backlog.start_soon(store.current, f"s{i % 50}")
+        await trio.sleep(1.0)  # a keepalive after the backlog, too
+        nursery.cancel_scope.cancel()
+    assert lost == [], "the lease was lost behind the backlog"
+    assert await store.owner("s") == "a"
+    await store.revoke()
+    await store.aclose()

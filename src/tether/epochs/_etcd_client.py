@@ -29,6 +29,10 @@ AUTHENTICATE = "/v3/auth/authenticate"
 CONCURRENCY = 32
 """Calls in flight per client: more wait for a turn (within their bound) rather than queue in
 httpx's pool, where the per-attempt timer would run while nothing is sent."""
+LEASE_CONCURRENCY = 4
+"""Calls in flight for the host lease (grant, keepalive, the host id check), on turns of
+their own: a thousand bumps queued for their turn must not starve the lease that makes the
+host the owner of what they bump."""
 
 
 class EtcdRefused(StoreUnavailable):
@@ -137,6 +141,7 @@ class EtcdClient:
         self._authenticating = trio.Lock()
         self._http: httpx.AsyncClient | None = None
         self._limiter = trio.CapacityLimiter(CONCURRENCY)
+        self._lease_limiter = trio.CapacityLimiter(LEASE_CONCURRENCY)
 
     def where(self) -> str:
         return ",".join(self.endpoints)
@@ -185,17 +190,19 @@ class EtcdClient:
                 self._token = str(answer.get("token") or "")
 
     async def call(
-        self, path: str, body: dict[str, Any], *, bound: float | None = None
+        self, path: str, body: dict[str, Any], *, bound: float | None = None, lease: bool = False
     ) -> dict[str, Any]:
         """POST ``body`` to the first endpoint that answers within ``bound`` seconds (default:
         the client's ``timeout``).
 
         At most ``CONCURRENCY`` calls are in flight; the others wait their turn within their
-        bound. Each attempt gets a third of the bound, so a member that hangs (it lost its
-        leader, or forwards to a dead one) costs one attempt, not the whole call; rounds over
-        the endpoints repeat until the bound unless every endpoint refused the connection.
-        Retrying is safe for every call tether makes: writes are compare-and-swap or
-        create-if-absent, and a duplicated lease grant expires unused.
+        bound. A call for the host lease (``lease=True``) waits for a turn of its own among
+        ``LEASE_CONCURRENCY``, so no backlog of other calls delays a keepalive. Each attempt
+        gets a third of the bound, so a member that hangs (it lost its leader, or forwards to
+        a dead one) costs one attempt, not the whole call; rounds over the endpoints repeat
+        until the bound unless every endpoint refused the connection. Retrying is safe for
+        every call tether makes: writes are compare-and-swap or create-if-absent, and a
+        duplicated lease grant expires unused.
 
         Raises:
             EtcdRefused: etcd answered and refused (its gRPC code attached).
@@ -203,12 +210,12 @@ class EtcdClient:
         """
         bound = self.timeout if bound is None else min(bound, self.timeout)
         deadline = trio.current_time() + bound
+        limiter = self._lease_limiter if lease else self._limiter
         with trio.move_on_at(deadline) as waiting:
-            await self._limiter.acquire()
+            await limiter.acquire()
         if waiting.cancelled_caught:
-            raise StoreUnavailable(
-                self.where(), f"no free connection within {bound:g}s ({CONCURRENCY} calls busy)"
-            )
+            busy = f"{limiter.total_tokens:g} calls busy"
+            raise StoreUnavailable(self.where(), f"no free connection within {bound:g}s ({busy})")
         try:
             if path != AUTHENTICATE:
                 await self.authenticated()
@@ -221,7 +228,7 @@ class EtcdClient:
             await self.authenticated()
             return await self._attempts(path, body, bound, deadline)
         finally:
-            self._limiter.release()
+            limiter.release()
 
     async def _attempts(
         self, path: str, body: dict[str, Any], bound: float, deadline: float
@@ -279,13 +286,15 @@ class EtcdClient:
         compare: list[dict[str, Any]],
         success: list[dict[str, Any]],
         failure: list[dict[str, Any]] | None = None,
+        *,
+        lease: bool = False,
     ) -> dict[str, Any]:
         body = {"compare": compare, "success": success, "failure": failure or []}
-        return await self.call("/v3/kv/txn", body)
+        return await self.call("/v3/kv/txn", body, lease=lease)
 
-    async def read(self, *keys: str) -> list[dict[str, Any] | None]:
+    async def read(self, *keys: str, lease: bool = False) -> list[dict[str, Any] | None]:
         """The keys' values at one revision (a read-only transaction)."""
-        answer = await self.txn([], [get(key) for key in keys])
+        answer = await self.txn([], [get(key) for key in keys], lease=lease)
         return [first_kv(response) for response in answer.get("responses", [])]
 
     async def aclose(self) -> None:

@@ -102,11 +102,11 @@ class HostLease:
             if self.id is not None or self.phase is LeasePhase.LOST:
                 await self.check_host()  # a newer daemon may have the id since we lost it
             sent = _util.boottime()
-            granted = await self.client.call("/v3/lease/grant", {"TTL": self.ttl})
+            granted = await self.client.call("/v3/lease/grant", {"TTL": self.ttl}, lease=True)
             lease = int(granted["ID"])
             self.id, self._until = lease, sent + int(granted["TTL"])
             host = put(self.keys.key("host", self.host_id), self._instance, lease)
-            await self.client.call("/v3/kv/put", host["request_put"])
+            await self.client.call("/v3/kv/put", host["request_put"], lease=True)
             if self.phase is LeasePhase.LOST:
                 logger.warning("host %s: granted a new lease %x", self.host_id, lease)
             if self.phase is not LeasePhase.REVOKED:
@@ -121,7 +121,7 @@ class HostLease:
         Raises:
             HostIdInUse: it did.
         """
-        (kv,) = await self.client.read(self.keys.key("host", self.host_id))
+        (kv,) = await self.client.read(self.keys.key("host", self.host_id), lease=True)
         if kv is None or unb64(kv["value"]) == self._instance:
             return
         self._displaced = HostIdInUse(self.client.where(), self.host_id)
@@ -203,7 +203,7 @@ class HostLease:
                 await self.ensure()
                 return True
             answer = await self.client.call(
-                "/v3/lease/keepalive", {"ID": str(lease)}, bound=self.ttl / 3
+                "/v3/lease/keepalive", {"ID": str(lease)}, bound=self.ttl / 3, lease=True
             )
         except StoreUnavailable as exc:
             self.note_lost(str(exc))
@@ -242,7 +242,7 @@ class HostLease:
         self.forget()
         self.phase = LeasePhase.REVOKED
         if lease is not None:
-            await self.client.call("/v3/lease/revoke", {"ID": str(lease)})
+            await self.client.call("/v3/lease/revoke", {"ID": str(lease)}, lease=True)
 
     def raise_if_displaced(self) -> None:
         if self._displaced is not None:

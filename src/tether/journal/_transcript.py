@@ -1,10 +1,10 @@
 """``Transcript``: a session's JSON-lines journal, where a tool call is durable before it runs.
 
-Every append is encoded in the trio thread, then written and fsynced by ``_disk.append`` on the
-transcript's own worker thread, so the run never blocks on the disk. Concurrent appends in one
-process are serialized and group-committed: one write and one fsync for everything queued
-while the previous one was in flight (ADR 0006). A lock file refuses a second writer process,
-naming its pid.
+Every append is encoded in the trio thread, then made durable by the transcript's ``Sink``
+(synced by the kernel's AIO, or on the transcript's own worker thread), so the run never
+waits on the disk. Concurrent appends in one process are serialized and group-committed: one
+write and one sync for everything queued while the previous one was in flight (ADR 0006, ADR
+0027). A lock file refuses a second writer process, naming its pid.
 """
 
 from __future__ import annotations
