@@ -60,7 +60,10 @@ class SessionStatus:
     """Seconds until its next restart is allowed (its backoff), if one is due."""
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        return {name: getattr(self, name) for name in _STATUS_FIELDS}
+
+
+_STATUS_FIELDS = tuple(field.name for field in attrs.fields(SessionStatus))
 
 
 class AgentdError(Exception):
