@@ -112,7 +112,7 @@ def test_optional_fields_are_left_out_at_their_default_and_may_be_missing() -> N
 
 
 RAW_HARNESS = r"""
-import json, os, socket, struct, sys, time
+import json, os, socket, struct, sys
 beats = sys.argv[1] == "beats"
 s = socket.socket(socket.AF_UNIX)
 s.connect(os.environ["TETHER_AGENTD"])

@@ -219,3 +219,21 @@ async def test_one_shot_commands_run_without_importing_trio(tmp_path: Path) -> N
     )  # fmt: skip
     assert missing.returncode == 69, missing.stderr
     assert f"tether ps: no agentd at {sock}" in missing.stderr
+
+
+def test_a_daemon_that_never_answers_is_a_timeout_not_a_hang(tmp_path: Path) -> None:
+    """``send --timeout`` bounds the one-shot client's wait: a listener that accepts and never
+    answers gives 75 and one line."""
+    import socket
+
+    tmp_path.chmod(0o700)
+    path = str(tmp_path / "mute.sock")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(path)
+        listener.listen(1)
+        done = subprocess.run(
+            [*TETHER, "send", "s1", "hi", "--timeout", "0.5", "--socket", path],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert done.returncode == 75, done.stderr
+    assert done.stderr.strip() == "tether send: no answer from agentd within 0.5s"

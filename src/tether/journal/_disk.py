@@ -5,7 +5,7 @@ Every function here blocks on the disk; ``_transcript.py`` runs them in a worker
 
 The file is grown ahead of its data in ``RESERVE``-byte steps (``posix_fallocate``, made durable
 once), so an append overwrites reserved space and ``fdatasync`` has no size or allocation to
-write: about 1.4x the appends per second of ``write`` + ``fsync`` at the end (ADR 0027). The
+write: 1.3 to 1.4x the appends per second of ``write`` + ``fsync`` at the end (ADR 0027). The
 reserved tail reads as zeros, which the scan takes for the end of the data; closing cuts it off.
 """
 
