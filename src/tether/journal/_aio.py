@@ -121,8 +121,9 @@ def _the_ring() -> _Ring:
 
 
 def _forget_ring() -> None:
-    global _ring
+    global _ring, _ring_lock
     _ring = None  # the parent's context is not the child's
+    _ring_lock = threading.Lock()  # nor its lock, which another thread may have held
 
 
 os.register_at_fork(after_in_child=_forget_ring)
