@@ -516,3 +516,28 @@ async def test_a_repair_that_runs_out_of_space_leaves_no_quarantine_file(tiny_di
         assert tr.repair is not None
         assert Path(tr.repair.quarantine).read_bytes() == torn
         assert [e.seq for e in tr.entries] == [1, 2]
+
+
+FORKER = """
+    import os, sys, trio, tether
+    async def append(path):
+        async with await tether.Transcript.open(path) as tr:
+            await tr.tool_call("tool", {})
+            return tr._sink.kernel_sync
+    parent = trio.run(append, sys.argv[1] + "/parent.jsonl")
+    pid = os.fork()
+    if pid == 0:
+        child = trio.run(append, sys.argv[1] + "/child.jsonl")
+        os._exit(0 if child == parent else 3)
+    print(parent, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_forked_child_appends_on_its_own_aio_ring(tmp_path: Path) -> None:
+    """The kernel's AIO context belongs to the process that made it: a forked child makes
+    its own, and its appends are durable on the same path as its parent's."""
+    done = subprocess.run(
+        python(FORKER, str(tmp_path)), capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split()[1] == "0", done.stderr
+    assert [e.type for e in scan((tmp_path / "child.jsonl").read_bytes()).entries] == ["tool_call"]
