@@ -45,7 +45,7 @@ logger = logging.getLogger("tether.agentd")
 
 REVISION = 3
 """The wire revision this daemon speaks: it reads activity on pongs (2, ADR 0025) and wants
-a pong every heartbeat unasked from a harness that can (3, ADR 0027)."""
+a pong every heartbeat unasked from a harness that can (3, ADR 0028)."""
 REPLY_TIMEOUT = 5.0
 """Seconds a peer has to read what the daemon sends it (a reply, a refusal) before its
 connection is closed."""

@@ -122,7 +122,7 @@ async def connection_loop(
 def _next_beat(every: float) -> float:
     """The trio time of the next multiple of ``every`` on the host's monotonic clock: every
     harness of a host beats at the same instants, so the daemon reads their beats in one
-    batch per heartbeat, as it reads the pongs of a round of pings (ADR 0027)."""
+    batch per heartbeat, as it reads the pongs of a round of pings (ADR 0028)."""
     now = time.monotonic()
     return trio.current_time() + ((now // every + 1) * every - now)
 
@@ -152,7 +152,7 @@ async def _converse(
         message = None
         with trio.move_on_at(next_beat):  # receive is safe to cancel: it loses nothing
             message = await connection.receive()
-        if message is None:  # this loop is alive: say so, unasked (ADR 0027)
+        if message is None:  # this loop is alive: say so, unasked (ADR 0028)
             # Never wait to beat: a full socket is a daemon not reading (stopped, say), and
             # the beats already queued say all this one would.
             connection.send_nowait(encode(pong(0)))
