@@ -211,6 +211,10 @@ class DeadlockDetector:
                 return
             blocked = {t: classify(t, [frame_of(o) for o in chains[t]]) for t in settled}
             left = math.inf if self.timeout is None else self.timeout - (now - self._started)
+            # A deadline within a cushion of the timeout still counts: this check cannot tell
+            # a task that sleeps in a loop from one that slept once, and the timeout fires
+            # before the next check would (a loop of short sleeps is not a deadlock).
+            left += self.cushion
             verdict = analyse(
                 chains, blocked, skip_threads={WATCHDOG.ident or 0}, timeout_left=left,
                 extra_roots=self._queued(),
