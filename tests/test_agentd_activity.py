@@ -154,7 +154,7 @@ async def test_the_daemon_stops_pinging_a_harness_once_it_beats(
     argv = [sys.executable, "-c", RAW_HARNESS, "beats" if beats else "quiet"]
     async with SqliteEpochStore(tmp_path / "e.sqlite3") as store:
         daemon = Agentd(
-            store, tmp_path / "a.sock", argv, heartbeat=0.2, miss_limit=5,
+            store, tmp_path / "a.sock", argv, heartbeat=0.2, miss_limit=25,
             env={**os.environ, "PINGS": str(pings)}, reap_orphans=True,
         )  # fmt: skip
         async with daemon.running(stop_harnesses=True):

@@ -340,7 +340,7 @@ async def test_a_backlog_of_calls_does_not_starve_the_host_lease(
 ) -> None:
     """Five thousand reads queued for the client's 32 turns take seconds to drain; the lease's
     keepalives have turns of their own, so the host keeps its lease (and its sessions)."""
-    store = _store(etcd_cluster, "a", prefix, lease_ttl=2, timeout=30.0)
+    store = _store(etcd_cluster, "a", prefix, lease_ttl=3, timeout=60.0)
     lost: list[float] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(store.keep_alive)
