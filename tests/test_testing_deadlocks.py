@@ -297,12 +297,18 @@ async def test_an_event_a_running_task_could_set():
 """
 
 
-def test_a_timeout_says_which_wake_source_kept_it_open(pytester: pytest.Pytester) -> None:
+def _one_failure_within_2s(pytester: pytest.Pytester, program: str) -> str:
+    """Run ``program`` as the only test, with a 2 s ``tether_timeout``; its output, once it
+    failed."""
     pytester.makeini(INI.replace("tether_timeout = 30", "tether_timeout = 2"))
-    pytester.makepyfile(test_it=KEPT_OPEN)
+    pytester.makepyfile(test_it=program)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=120)
     result.assert_outcomes(failed=1)
-    out = result.stdout.str()
+    return result.stdout.str()
+
+
+def test_a_timeout_says_which_wake_source_kept_it_open(pytester: pytest.Pytester) -> None:
+    out = _one_failure_within_2s(pytester, KEPT_OPEN)
     assert "TimedOut: the test ran longer than 2s" in out
     assert re.search(
         r"no deadlock was declared: task .+? waits on an Event that running code can reach", out
@@ -368,10 +374,6 @@ async def test_a_sleep_longer_than_the_timeout():
 
 
 def test_a_sleep_past_the_timeout_is_a_timeout_not_a_deadlock(pytester: pytest.Pytester) -> None:
-    pytester.makeini(INI.replace("tether_timeout = 30", "tether_timeout = 2"))
-    pytester.makepyfile(test_it=PAST_THE_TIMEOUT)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=120)
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
+    out = _one_failure_within_2s(pytester, PAST_THE_TIMEOUT)
     assert "Deadlock" not in out
     assert "only sleep until a deadline past the test's timeout" in out, out
