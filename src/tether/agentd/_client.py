@@ -11,12 +11,9 @@ import trio
 
 from ..channels import ChannelClosed
 from ..wire import Connection, Control, Error, ProtocolError, Reply, ServerBusy, connect, encode
+from ..wire._control import BUSY_FOR, NO_ANSWER, busy, unreachable
 from ..wire._control import default_socket as default_socket
 from ._outcomes import AgentdError
-
-BUSY_FOR = 5.0
-"""Seconds a client keeps retrying a daemon whose listen queue is full."""
-
 
 EX_DATAERR, EX_UNAVAILABLE, EX_PROTOCOL, EX_TEMPFAIL = 65, 69, 76, 75
 
@@ -39,7 +36,7 @@ async def request(
     ) as replies:
         async for result in replies:
             return result
-    raise AgentdError(session, "agentd closed the connection without an answer", EX_PROTOCOL)
+    raise AgentdError(session, NO_ANSWER, EX_PROTOCOL)
 
 
 async def stream(socket_path: str, control: Control) -> AsyncGenerator[dict[str, Any], None]:
@@ -88,10 +85,5 @@ async def _connect(socket_path: str, session: str) -> Connection:
                 await trio.sleep(delay)
                 delay = min(2 * delay, 0.5)
             except OSError as exc:
-                reason = f"no agentd at {socket_path}: {exc.strerror or exc}"
-                raise AgentdError(session, reason, EX_UNAVAILABLE) from None
-    raise AgentdError(
-        session,
-        f"agentd at {socket_path} is busy: its listen queue stayed full for {BUSY_FOR:g}s",
-        EX_TEMPFAIL,
-    )
+                raise AgentdError(session, unreachable(socket_path, exc), EX_UNAVAILABLE) from None
+    raise AgentdError(session, busy(socket_path, BUSY_FOR), EX_TEMPFAIL)

@@ -14,12 +14,9 @@ import socket
 from typing import Any
 
 from ..wire._codec import HEADER, ProtocolError, decode, encode, frame_length
+from ..wire._control import BUSY_FOR, NO_ANSWER, busy, unreachable
 from ..wire._messages import Control, Error, Reply
 from ._errors import EX_DATAERR, EX_PROTOCOL, EX_TEMPFAIL, EX_UNAVAILABLE, CliError
-
-BUSY_FOR = 5.0
-"""Seconds a client waits for room in a daemon's full listen queue (the async client retries
-as long)."""
 
 
 def request(
@@ -69,14 +66,10 @@ def _connect(socket_path: str) -> socket.socket:
         sock.connect(socket_path)
     except TimeoutError:
         sock.close()
-        raise CliError(
-            EX_TEMPFAIL,
-            f"agentd at {socket_path} is busy: its listen queue stayed full for {BUSY_FOR:g}s",
-        ) from None
+        raise CliError(EX_TEMPFAIL, busy(socket_path, BUSY_FOR)) from None
     except OSError as exc:
         sock.close()
-        reason = f"no agentd at {socket_path}: {exc.strerror or exc}"
-        raise CliError(EX_UNAVAILABLE, reason) from None
+        raise CliError(EX_UNAVAILABLE, unreachable(socket_path, exc)) from None
     return sock
 
 
@@ -91,7 +84,7 @@ def _read_exactly(sock: socket.socket, size: int, *, at_boundary: bool) -> bytes
         chunk = sock.recv(min(size - len(data), 1 << 20))
         if not chunk:
             if at_boundary and not data:
-                raise CliError(EX_PROTOCOL, "agentd closed the connection without an answer")
+                raise CliError(EX_PROTOCOL, NO_ANSWER)
             raise ProtocolError(f"connection cut mid-frame ({len(data)} of {size} bytes)")
         data += chunk
     return bytes(data)

@@ -1,11 +1,26 @@
 """The control protocol's vocabulary, shared by the daemon and every client: what a
-``Control`` asks (``ControlOp``), and where a client looks for the daemon (``default_socket``).
+``Control`` asks (``ControlOp``), where a client looks for the daemon (``default_socket``), and
+what a client says when it cannot reach it (the async and the blocking client say the same).
 Nothing here imports trio, so a one-shot command (``tether ps``) does not pay for it."""
 
 from __future__ import annotations
 
 import enum
 import os
+
+BUSY_FOR = 5.0
+"""Seconds a client waits for room in a daemon's full listen queue."""
+NO_ANSWER = "agentd closed the connection without an answer"
+
+
+def unreachable(socket_path: str, exc: OSError) -> str:
+    """Why a client could not connect: nobody listens at ``socket_path``."""
+    return f"no agentd at {socket_path}: {exc.strerror or exc}"
+
+
+def busy(socket_path: str, waited: float) -> str:
+    """Why a client gave up connecting: the listen queue stayed full for ``waited`` seconds."""
+    return f"agentd at {socket_path} is busy: its listen queue stayed full for {waited:g}s"
 
 
 def default_socket() -> str:
