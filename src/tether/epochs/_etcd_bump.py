@@ -104,6 +104,7 @@ class EtcdBumps:
             if not live:
                 break
             epochs = {name: 1 + _epoch(seen[name][0]) for name in live}
+            values = {name: f"{epoch:0{_WIDTH}d}" for name, epoch in epochs.items()}
             compare, success, failure = [], [], []
             for name in live:
                 (epoch_key, owner_key), (epoch_kv, owner_kv) = keys[name], seen[name]
@@ -111,16 +112,14 @@ class EtcdBumps:
                     same_revision(epoch_key, revision(epoch_kv)),
                     same_revision(owner_key, revision(owner_kv)),
                 ]
-                value = f"{epochs[name]:0{_WIDTH}d}"
-                success += [put(epoch_key, value), put(owner_key, self.host_id, lease)]
+                success += [put(epoch_key, values[name]), put(owner_key, self.host_id, lease)]
                 failure += [get(epoch_key), get(owner_key)]
             answer = await self.client.txn(compare, success, failure)
             if answer.get("succeeded"):
                 rev = answer["header"]["revision"]
                 for name in live:
-                    value = f"{epochs[name]:0{_WIDTH}d}"
                     self._last[name] = (
-                        {"value": b64(value), "mod_revision": rev},
+                        {"value": b64(values[name]), "mod_revision": rev},
                         {"value": b64(self.host_id), "mod_revision": rev},
                     )
                     self.lease.own(name, epochs[name])
