@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.testing
 
+from helpers import wait_until
 from tether import Agentd, Backoff, SqliteEpochStore, wire
 from tether.agentd._activity import Activity
 from tether.agentd._awake import AwakeClock
@@ -126,7 +127,7 @@ def recv():
 send({"type": "hello", "session": os.environ["TETHER_SESSION"],
       "epoch": int(os.environ["TETHER_EPOCH"]), "pid": os.getpid(), "create_time": 0.0})
 welcome = recv()
-log = open(os.environ["PINGS"], "a")
+log = open(os.environ["WIRE_LOG"], "a")  # a line per beat sent and per ping answered
 s.settimeout(welcome["heartbeat"] / 2)
 while True:
     try:
@@ -134,9 +135,10 @@ while True:
     except socket.timeout:  # frames are tiny: a timeout is always between two
         if beats:
             send({"type": "pong", "seq": 0})
+            print("beat", file=log, flush=True)
         continue
     if m["type"] == "ping":
-        print(m["seq"], file=log, flush=True)
+        print("ping", m["seq"], file=log, flush=True)
         send({"type": "pong", "seq": m["seq"]})
 """
 
@@ -149,21 +151,31 @@ async def test_the_daemon_stops_pinging_a_harness_once_it_beats(
     after its first beat, and stays attached; one that does not beat is pinged every
     heartbeat, as before."""
     tmp_path.chmod(0o700)
-    pings = tmp_path / "pings"
-    pings.touch()
+    log = tmp_path / "wire.log"
+    log.touch()
+
+    def sent(kind: str) -> int:
+        return log.read_text().split().count(kind)
+
     argv = [sys.executable, "-c", RAW_HARNESS, "beats" if beats else "quiet"]
     async with SqliteEpochStore(tmp_path / "e.sqlite3") as store:
         daemon = Agentd(
             store, tmp_path / "a.sock", argv, heartbeat=0.2, miss_limit=25,
-            env={**os.environ, "PINGS": str(pings)}, reap_orphans=True,
+            env={**os.environ, "WIRE_LOG": str(log)}, reap_orphans=True,
         )  # fmt: skip
         async with daemon.running(stop_harnesses=True):
             attached = await daemon.start_agent("s1")
-            await trio.sleep(1.0)  # five heartbeats
+            if beats:
+                await wait_until(lambda: sent("beat") >= 10)  # five heartbeats of beats
+                before, beaten = sent("ping"), sent("beat")
+                await wait_until(lambda: sent("beat") >= beaten + 20)  # ten more heartbeats
+            else:
+                await wait_until(lambda: sent("ping") >= 1)
+                before = sent("ping")
+                # ten heartbeats' time for five pings, as a fixed 2 s window allowed
+                await wait_until(lambda: sent("ping") >= before + 5, timeout=2.0)
+            during = sent("ping") - before
             assert daemon.attached() == {"s1": attached.pid}, "the harness was replaced"
-            before = len(pings.read_text().split())
-            await trio.sleep(2.0)
-            during = len(pings.read_text().split()) - before
     if beats:
         assert during == 0, f"pinged {during} times in 10 heartbeats although it beats"
     else:

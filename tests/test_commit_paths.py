@@ -47,17 +47,19 @@ async def test_a_worker_answers_fast_slow_failing_and_concurrent_calls_in_order(
 async def test_a_slow_call_leaves_the_run_free_after_the_inline_wait() -> None:
     worker = Worker("test", inline_wait=0.002)
     ticks = 0
+    ticking = trio.Event()
 
     async def tick() -> None:
         nonlocal ticks
         while True:
             await trio.sleep(0.01)
             ticks += 1
+            ticking.set()
 
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(tick)
-            await trio.sleep(0.05)
+            await ticking.wait()
             before = ticks
             await worker.run(time.sleep, 0.5)
             assert ticks - before >= 10, "the run was blocked while the call ran"

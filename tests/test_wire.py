@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -417,10 +418,18 @@ async def test_a_cancelled_receive_loses_nothing_of_a_frame_half_arrived(tmp_pat
     """The harness's loop cancels ``receive`` to beat on time; a frame whose header has
     arrived but not its body must be received whole afterwards."""
     frame = wire.encode(wire.Prompt("p1", "x" * 1000, {}))
-    async with _pair(tmp_path) as (server, raw):
+    async with _pair(tmp_path) as (server, raw), trio.open_nursery() as nursery:
         await raw.send_all(frame[:10])
-        with trio.move_on_after(0.2) as scope:
-            await server.receive()
+        scope = trio.CancelScope()
+
+        async def receive() -> None:
+            with scope:
+                await server.receive()
+
+        nursery.start_soon(receive)
+        await trio.testing.wait_all_tasks_blocked()  # it holds the header, waits for the rest
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
         assert scope.cancelled_caught
         await raw.send_all(frame[10:])
         assert await server.receive() == wire.Prompt("p1", "x" * 1000, {})
