@@ -237,3 +237,49 @@ def test_a_daemon_that_never_answers_is_a_timeout_not_a_hang(tmp_path: Path) -> 
         )  # fmt: skip
     assert done.returncode == 75, done.stderr
     assert done.stderr.strip() == "tether send: no answer from agentd within 0.5s"
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (b"\xff\xff\xff\xff", "agentd closed the connection: frame of 4294967295 bytes exceeds"),
+        (b"\x00\x00\x00\x05{nope", "agentd closed the connection: invalid JSON"),
+        (b"\x00\x00\x00\x40{", "agentd closed the connection: connection cut mid-frame"),
+        (b"", "agentd closed the connection without an answer"),
+        (b'\x00\x00\x00\x0f{"type":"ping"}', "agentd closed the connection:"),
+    ],
+)
+def test_a_hostile_daemon_gets_one_line_and_76_from_a_one_shot_command(
+    tmp_path: Path, answer: bytes, says: str
+) -> None:
+    """The blocking client bounds what it reads as the daemon does: an oversized header, a
+    body that is not JSON, a cut frame, silence or a message of the wrong kind is one line
+    and EX_PROTOCOL, never a traceback or a 4 GiB allocation."""
+    import socket
+    import threading
+
+    tmp_path.chmod(0o700)
+    path = str(tmp_path / "hostile.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(1)
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)  # the request
+            connection.sendall(answer)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        done = subprocess.run(
+            [*TETHER, "ps", "--socket", path],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        server.join(10)
+        listener.close()
+    assert done.returncode == 76, done.stderr
+    assert done.stderr.startswith(f"tether ps: {says}"), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from helpers import python
 from tether import JournalError, ToolCall, ToolResult, Transcript
-from tether.journal import MAX_DEPTH, Event, Message, scan
+from tether.journal import MAX_DEPTH, Event, Message, _aio, scan
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -541,3 +541,33 @@ def test_a_forked_child_appends_on_its_own_aio_ring(tmp_path: Path) -> None:
     )
     assert done.stdout.split()[1] == "0", done.stderr
     assert [e.type for e in scan((tmp_path / "child.jsonl").read_bytes()).entries] == ["tool_call"]
+
+
+@pytest.mark.skipif(not _kernel_sync_here(), reason="the kernel's AIO path is Linux x86_64/aarch64")
+async def test_a_full_aio_ring_or_a_failed_kernel_sync_keep_the_journal_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ring with no room sends the sync to the worker thread, and the entry is durable all
+    the same; a sync the kernel fails (EIO) is a JournalError, the file is cut back to its
+    last durable entry, and the transcript refuses more until reopened."""
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        assert tr._sink is not None
+        assert tr._sink.kernel_sync
+        monkeypatch.setattr(_aio._Ring, "submit", lambda self, iocb: False)
+        full = await tr.tool_call("ring-full", {})
+        monkeypatch.undo()
+
+        async def failed_sync(self: _aio.KernelSync) -> bool:
+            raise OSError(errno.EIO, "I/O error")
+
+        monkeypatch.setattr(_aio.KernelSync, "datasync", failed_sync)
+        with pytest.raises(JournalError) as caught:
+            await tr.tool_call("eio", {})
+        assert caught.value.errno == errno.EIO
+        with pytest.raises(JournalError, match="an earlier append failed"):
+            await tr.tool_call("after", {})
+    monkeypatch.undo()
+    async with await Transcript.open(path) as again:
+        assert again.repair is None, "the failed append left a torn line"
+        assert [e.id for e in again.entries] == [full.id]
