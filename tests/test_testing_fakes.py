@@ -136,3 +136,40 @@ async def test_a_harness_beats_for_a_revision_3_daemon_and_not_for_an_older_one(
     assert beats[3].count(0) >= 5
     assert len(beats[1]) >= 5
     assert 0 not in beats[1], "a harness beat for a daemon that did not ask"
+
+
+async def test_a_daemon_asking_for_a_microsecond_heartbeat_gets_at_most_100_beats_a_second(
+    tmp_path: Path,
+) -> None:
+    """A Welcome's heartbeat comes from the daemon: a harness never beats faster than every
+    10 ms (``MIN_BEAT``), whatever it is told, so a bad daemon cannot make it spin."""
+    tmp_path.chmod(0o700)
+    session = unique_session()
+    options = {"heartbeat": 1e-6, "pinging": False, "revision": 3}
+    async with FakeAgentd.serving(tmp_path / "a.sock", **options) as daemon:
+        harness = subprocess.Popen(
+            [sys.executable, "-m", "tether.harness.example"],
+            env={
+                **os.environ,
+                "TETHER_SESSION": session,
+                "TETHER_EPOCH": "1",
+                "TETHER_AGENTD": str(tmp_path / "a.sock"),
+                "TETHER_STATE_DIR": str(tmp_path),
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            with trio.fail_after(20):
+                await daemon.connected.wait()
+            await wait_until(lambda: len(daemon.pongs) >= 1)
+            started = trio.current_time()
+            await wait_until(lambda: len(daemon.pongs) >= 21)
+            elapsed = trio.current_time() - started
+        finally:
+            harness.terminate()
+            await trio.to_thread.run_sync(harness.wait, 20)
+            kill_marked(session)
+    # 20 beats take 0.2 s at 100 a second; half that leaves room for beats read late, and a
+    # harness that spun would send them in well under a millisecond.
+    assert elapsed >= 0.1, f"20 beats in {elapsed:.3f}s"
