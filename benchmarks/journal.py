@@ -11,8 +11,8 @@ ratios. Prints one markdown table:
 - the time to open (and so scan and validate) a 100,000-entry transcript whose last line is
   torn, and repair it;
 - epoch bumps per second of ``SqliteEpochStore.bump`` (WAL, ``synchronous=FULL``,
-  ``BEGIN IMMEDIATE``, from trio through a worker thread) against a bare ``sqlite3`` loop
-  running the same statements on the same settings.
+  ``BEGIN IMMEDIATE``, committed on the trio thread with the WAL synced by the kernel)
+  against a bare ``sqlite3`` loop running the same statements on the same settings.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import python
-from tether import JournalError, ToolCall, ToolResult, Transcript
-from tether.journal import MAX_DEPTH, Event, Message, _aio, scan
+from tether import JournalError, ToolCall, ToolResult, Transcript, _aio
+from tether.journal import MAX_DEPTH, Event, Message, scan
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -54,7 +54,7 @@ async def test_entries_round_trip_with_monotonic_seq_and_utc_timestamps(tmp_path
 @pytest.fixture(params=["kernel", "thread"])
 def sync_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run the test with appends synced by the kernel's AIO, then on the worker thread."""
-    monkeypatch.setenv("TETHER_JOURNAL_AIO", "1" if request.param == "kernel" else "0")
+    monkeypatch.setenv("TETHER_AIO", "1" if request.param == "kernel" else "0")
     return str(request.param)
 
 

@@ -135,6 +135,7 @@ LAYERS = [
     "_procfs",
     "_clock",
     "_keeper",
+    "_aio",
     "_worker",
     "_batch",
     "_sqlite",

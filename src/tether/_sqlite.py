@@ -37,11 +37,12 @@ class Database:
         self._synchronous = synchronous
         self._busy_ms = int(busy_timeout * 1000)
         self._db: sqlite3.Connection | None = None
-        self._worker = Worker(f"tether {name} {path}")
+        self.worker = Worker(f"tether {name} {path}")
+        """The thread every call on this file runs on, in order."""
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(connection)`` on the worker thread; what it returns or raises."""
-        return await self._worker.run(self._call, fn)
+        return await self.worker.run(self._call, fn)
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._db is None:
@@ -64,7 +65,7 @@ class Database:
 
         if self._db is not None:
             await self.run(close)
-        self._worker.stop()
+        self.worker.stop()
 
 
 class SqliteFile:

@@ -3,7 +3,7 @@
 The fast path: an append that fits in the space reserved ahead is copied into the page cache
 on the trio thread (``pwrite``, a few microseconds) and synced by the kernel (``KernelSync``),
 so no thread is woken. Everything else (an append that must reserve more space, one over
-``INLINE_WRITE``, a kernel without AIO, ``TETHER_JOURNAL_AIO=0``) is written and synced on the
+``INLINE_WRITE``, a kernel without AIO, ``TETHER_AIO=0``) is written and synced on the
 transcript's worker thread, and so is the sync of an append that finds the AIO ring full.
 Either way a failed append cuts the file back to where the data ended and raises
 ``JournalError``: nothing of it is durable.
@@ -13,19 +13,15 @@ from __future__ import annotations
 
 import os
 
+from .. import _aio
+from .._aio import KernelSync
 from .._worker import Worker
 from . import _disk
-from ._aio import KernelSync
 from ._disk import Tail
 
 INLINE_WRITE = 64 * 1024
 """The largest append copied on the trio thread: a bigger one could keep the run waiting on
 the page cache for longer than a thread hop costs."""
-
-
-def kernel_sync_wanted() -> bool:
-    """Whether the kernel's AIO may be used (``TETHER_JOURNAL_AIO=0`` says no)."""
-    return os.environ.get("TETHER_JOURNAL_AIO", "1") != "0"
 
 
 class Sink:
@@ -45,7 +41,7 @@ class Sink:
         """Open ``path`` for appending after ``tail.size`` (``JournalError`` if it cannot)."""
         fd = await worker.run(_disk.open_for_append, path)
         try:
-            sync = await worker.run(KernelSync.open, fd) if kernel_sync_wanted() else None
+            sync = await worker.run(KernelSync.open, fd) if _aio.wanted() else None
         except BaseException:
             os.close(fd)
             raise

@@ -7,7 +7,8 @@ done; the trio run waits on that like on any socket (ADR 0027). This is the liba
 through ``ctypes`` on the two little-endian 64-bit ABIs whose syscall numbers are listed here.
 Anywhere else, or when ``io_setup`` or a file's first probe fails (an old kernel, a seccomp
 filter, ``fs.aio-max-nr`` exhausted), ``open`` returns ``None`` and the caller syncs on a
-thread; so does an append that finds the ring full.
+thread; so does an append that finds the ring full. ``TETHER_AIO=0`` turns it off
+(``wanted()``). The transcript syncs its file with it, the SQLite epoch store its WAL.
 
 One AIO context serves the whole process, made on first use and never destroyed
 (``io_destroy`` waits for an RCU grace period, about 30 ms); a forked child makes its own.
@@ -31,7 +32,12 @@ _SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
 _FDSYNC = 3
 _RESFD = 1 << 0
 RING = 1024
-"""Syncs in flight at once, across the process (one per open transcript at most)."""
+"""Syncs in flight at once, across the process (one per open file at most)."""
+
+
+def wanted() -> bool:
+    """Whether the kernel's AIO may be used (``TETHER_AIO=0`` says no)."""
+    return os.environ.get("TETHER_AIO", "1") != "0"
 
 
 class _Iocb(ctypes.Structure):
