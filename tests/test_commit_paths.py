@@ -129,3 +129,40 @@ async def test_a_cancelled_submitter_strands_nobody() -> None:
         first.cancel()
         gate.set()
     assert committed == [1, 2]
+
+
+async def test_an_unshielded_group_commit_drains_the_others_when_its_committer_is_cancelled() -> (
+    None
+):
+    """With ``shield=False`` the committer's own commit runs in its own cancel scope: cancelled
+    while it commits, its commit still finishes (the commit function's promise), and what
+    queued meanwhile is committed, shielded, before the cancellation leaves."""
+    committed: list[int] = []
+    gate = trio.Event()
+
+    async def commit(items: Sequence[int]) -> list[int]:
+        with trio.CancelScope(shield=True):  # a commit that cannot be cancelled once begun
+            await gate.wait()
+        committed.extend(items)
+        return [item * 10 for item in items]
+
+    batch: GroupCommit[int, int] = GroupCommit(commit, shield=False)
+    results: dict[int, int] = {}
+
+    async def submit(item: int) -> None:
+        results[item] = await batch.submit(item)
+
+    async with trio.open_nursery() as nursery:
+        with trio.CancelScope() as first:
+            nursery.start_soon(submit, 1)
+            await trio.testing.wait_all_tasks_blocked()
+        for item in (2, 3):
+            nursery.start_soon(submit, item)
+        await trio.testing.wait_all_tasks_blocked()
+        first.cancel()
+        gate.set()
+    assert committed[0] == 1
+    assert sorted(committed) == [1, 2, 3]  # 2 and 3 start in any order
+    assert results == {1: 10, 2: 20, 3: 30}, "the cancelled committer's commit still finished"
+    assert not batch.committing
+    assert await batch.submit(4) == 40

@@ -571,3 +571,46 @@ async def test_a_full_aio_ring_or_a_failed_kernel_sync_keep_the_journal_exact(
     async with await Transcript.open(path) as again:
         assert again.repair is None, "the failed append left a torn line"
         assert [e.id for e in again.entries] == [full.id]
+
+
+@pytest.mark.skipif(not _kernel_sync_here(), reason="the kernel's AIO path is Linux x86_64/aarch64")
+async def test_a_kernel_sync_cancelled_while_in_flight_is_answered_and_the_cancel_waits(
+    tmp_path: Path,
+) -> None:
+    """Cancelled while the kernel syncs, ``datasync`` still waits for the answer (a sync
+    submitted must be reaped, or the next one reads its answer), returns, and the cancellation
+    is delivered at the next checkpoint."""
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+    sync = _aio.KernelSync.open(fd)
+    assert sync is not None
+    answered = False
+    try:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            os.write(fd, b"x")
+            answered = await sync.datasync()
+            await trio.lowlevel.checkpoint()
+            pytest.fail("the cancellation was lost")
+        assert answered, "the cancelled sync was abandoned"
+        assert scope.cancelled_caught
+        assert await sync.datasync(), "the cancelled sync's answer was left in the ring"
+    finally:
+        sync.close()
+        os.close(fd)
+
+
+async def test_a_cancelled_task_s_tool_call_writes_nothing_and_raises(
+    tmp_path: Path, sync_path: str
+) -> None:
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        kept = await tr.tool_call("first", {})
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await tr.tool_call("never", {})
+        assert scope.cancelled_caught
+        assert [e.id for e in tr.entries] == [kept.id]
+        assert await tr.tool_call("after", {})
+    lines = scan(path.read_bytes()).entries
+    assert [e.name for e in lines if isinstance(e, ToolCall)] == ["first", "after"]
+    assert len(lines) == 2

@@ -109,6 +109,8 @@ class _Ring:
         with self._lock:
             if key not in self._answers:
                 got = self._call(self._getevents, self._context, 0, RING, self._events, self._now)
+                if got == 1 and self._events[0].data == key:  # the usual case: only this one
+                    return int(self._events[0].res)
                 for event in self._events[: max(got, 0)]:
                     self._answers[event.data] = event.res
             return self._answers.pop(key, None)
@@ -171,19 +173,25 @@ class KernelSync:
 
     async def datasync(self) -> bool:
         """``fdatasync`` the file while the trio run goes on; ``False`` if it could not be
-        submitted now (the ring is full: sync some other way). Call it shielded from
-        cancellation (the transcript's group commit is): a sync submitted must be answered.
+        submitted now (the ring is full: sync some other way). Not cancellable: a sync
+        submitted is answered, and a cancellation waits for the next checkpoint.
 
         Raises:
             OSError: the sync failed (its errno), or the kernel refused it.
         """
         if not self._ring.submit(self._list):
             return False
-        while True:
+        try:
             await trio.lowlevel.wait_readable(self._eventfd)
+        except trio.Cancelled:  # delivered again at the caller's next checkpoint
+            with trio.CancelScope(shield=True):
+                await trio.lowlevel.wait_readable(self._eventfd)
+        while True:
             try:
                 os.eventfd_read(self._eventfd)
             except BlockingIOError:
+                with trio.CancelScope(shield=True):
+                    await trio.lowlevel.wait_readable(self._eventfd)
                 continue
             break
         self._check()

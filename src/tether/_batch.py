@@ -3,7 +3,9 @@
 A durable append and an SQLite transaction each cost one sync of the disk, however much they
 carry; so the transcript's appends and the epoch store's bumps are grouped: the task that finds
 no commit in flight commits everything queued, in submission order, and goes on while more was
-queued meanwhile. It runs shielded, so a cancelled submitter never strands the others' items.
+queued meanwhile. It runs shielded, so a cancelled submitter never strands the others' items;
+or, for a commit that cannot be cancelled once it has begun (``shield=False``), without a
+cancel scope for an uncontended commit, and shielded only while it commits the others'.
 """
 
 from __future__ import annotations
@@ -31,8 +33,13 @@ class GroupCommit(Generic[T, R]):
     """Commits submitted items in groups: ``commit(items)`` returns one result per item, in
     order, or raises, which fails every item of that group with the same exception."""
 
-    def __init__(self, commit: Callable[[Sequence[T]], Awaitable[Sequence[R]]]) -> None:
+    def __init__(
+        self, commit: Callable[[Sequence[T]], Awaitable[Sequence[R]]], *, shield: bool = True
+    ) -> None:
         self._commit = commit
+        self._shield = shield
+        """``False``: ``commit`` raises ``Cancelled`` only before it has begun, and otherwise
+        finishes and leaves the cancellation to the next checkpoint (the transcript's does)."""
         self._queue: list[_Waiting[T, R]] = []
         self.committing = False
         """Whether a commit is in flight (a closing owner waits for it to end)."""
@@ -47,6 +54,8 @@ class GroupCommit(Generic[T, R]):
             assert waiting.result is not None
             return waiting.result.unwrap()
         self.committing = True
+        if not self._shield:
+            return await self._submit_unshielded(item)
         try:
             with trio.CancelScope(shield=True):
                 try:
@@ -58,7 +67,29 @@ class GroupCommit(Generic[T, R]):
                     _fail(self._queue, exc)
                     self._queue = []
                     raise
-                await self._drain()
+                if self._queue:
+                    await self._drain()
+        finally:
+            self.committing = False
+        return result
+
+    async def _submit_unshielded(self, item: T) -> R:
+        """Commit ``item`` alone, then (shielded) what queued meanwhile, even if cancelled."""
+        try:
+            try:
+                (result,) = await self._commit((item,))
+            except (trio.Cancelled, Exception):
+                if self._queue:
+                    with trio.CancelScope(shield=True):
+                        await self._drain()
+                raise
+            except BaseException as exc:  # nobody is left to drain what queued
+                _fail(self._queue, exc)
+                self._queue = []
+                raise
+            if self._queue:
+                with trio.CancelScope(shield=True):
+                    await self._drain()
         finally:
             self.committing = False
         return result

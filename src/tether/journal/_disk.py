@@ -262,7 +262,10 @@ def _write_new(path: str, data: bytes) -> None:
 
 def write_all(fd: int, data: bytes, offset: int) -> None:
     """Write all of ``data`` at ``offset`` (``pwrite`` may write less than asked)."""
-    view = memoryview(data)
+    written = os.pwrite(fd, data, offset)
+    if written == len(data):
+        return
+    view, offset = memoryview(data)[written:], offset + written
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
@@ -287,4 +290,6 @@ def error(exc: OSError, path: str) -> JournalError:
 
 def encode_all(entries: Sequence[Entry]) -> bytes:
     """The lines of ``entries``, concatenated."""
+    if len(entries) == 1:
+        return encode(entries[0])
     return b"".join(encode(entry) for entry in entries)

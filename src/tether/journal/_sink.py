@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+import trio
+
 from .. import _aio
 from .._aio import KernelSync
 from .._worker import Worker
@@ -53,8 +55,9 @@ class Sink:
         return self._sync is not None
 
     async def append(self, data: bytes) -> None:
-        """Make ``data`` durable after the data so far. Call it shielded from cancellation
-        (the transcript's group commit is): an append half done must be finished.
+        """Make ``data`` durable after the data so far. Not cancellable once begun: it raises
+        ``Cancelled`` only before anything is written; otherwise it finishes, and the
+        cancellation waits for the next checkpoint (an append half done must be finished).
 
         Raises:
             JournalError: nothing of ``data`` is durable; the file is as it was.
@@ -66,9 +69,11 @@ class Sink:
         try:
             _disk.write_all(self.fd, data, tail.size)
             if not await self._sync.datasync():  # the process's AIO ring is full
-                await self._worker.run(_disk.datasync, self.fd)
+                with trio.CancelScope(shield=True):
+                    await self._worker.run(_disk.datasync, self.fd)
         except OSError as exc:
-            await self._worker.run(_disk.cut_back, self.fd, tail)
+            with trio.CancelScope(shield=True):
+                await self._worker.run(_disk.cut_back, self.fd, tail)
             raise _disk.error(exc, self.path) from exc
         tail.size += len(data)
 

@@ -51,7 +51,7 @@ class Transcript(metaclass=NoPublicConstructor):
         self._sink: Sink | None = sink
         self._lock_fd = lock_fd
         self._worker = worker
-        self._appends: GroupCommit[_Append, None] = GroupCommit(self._write)
+        self._appends: GroupCommit[_Append, None] = GroupCommit(self._write, shield=False)
         self._next_seq = entries[-1].seq + 1 if entries else 1
         self._broken: JournalError | None = None
         self._calls: dict[str, ToolCall] = {}
@@ -209,7 +209,10 @@ class Transcript(metaclass=NoPublicConstructor):
 
     async def _append(self, build: Callable[[int], list[E]]) -> list[E]:
         """Make ``build(next_seq)``'s entries durable, group-committed with concurrent appends
-        (one write and one sync for everything queued while the previous one was in flight)."""
+        (one write and one sync for everything queued while the previous one was in flight).
+        A cancel point before anything is done; after that, not cancellable (the sink's
+        append finishes what it began)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
         entries = build(self._next_seq)
         if not entries:
@@ -226,11 +229,13 @@ class Transcript(metaclass=NoPublicConstructor):
 
     async def _write(self, appends: Sequence[_Append]) -> list[None]:
         """Write and sync one group of appends; index their entries once durable. The first
-        failure breaks the transcript: every later append is refused until it is reopened."""
+        failure breaks the transcript: every later append is refused until it is reopened.
+        Raises ``Cancelled`` only before anything is written (the group commit relies on it)."""
         self._check_open()
         assert self._sink is not None
+        data = appends[0][1] if len(appends) == 1 else b"".join(data for _, data in appends)
         try:
-            await self._sink.append(b"".join(data for _, data in appends))
+            await self._sink.append(data)
         except JournalError as exc:
             self._broken = exc
             raise
