@@ -27,7 +27,7 @@ import time
 
 import trio
 
-from tether import SqliteEpochStore, Transcript
+from tether import SqliteEpochStore, Transcript, _aio
 from tether.journal._entries import ToolCall, encode, new_id, now
 
 
@@ -54,10 +54,7 @@ async def tether_concurrent_appends(path: str, count: int, writers: int) -> floa
 
 
 def bare_appends(path: str, count: int) -> float:
-    lines = [
-        encode(ToolCall(new_id("call"), i + 1, now(), "bash", {"cmd": f"echo {i}"}))
-        for i in range(count)
-    ]
+    lines = _lines(count)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         started = time.perf_counter()
@@ -67,6 +64,59 @@ def bare_appends(path: str, count: int) -> float:
         return count / (time.perf_counter() - started)
     finally:
         os.close(fd)
+
+
+def _lines(count: int) -> list[bytes]:
+    return [
+        encode(ToolCall(new_id("call"), i + 1, now(), "bash", {"cmd": f"echo {i}"}))
+        for i in range(count)
+    ]
+
+
+def _reserved(path: str) -> tuple[int, _aio.KernelSync]:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    os.posix_fallocate(fd, 0, 1 << 24)
+    os.fsync(fd)
+    sync = _aio.KernelSync.open(fd)
+    assert sync is not None, "no kernel AIO here"
+    return fd, sync
+
+
+def floor_blocking(path: str, count: int) -> float:
+    """The floor without trio: ``pwrite`` into reserved space, the kernel's ``fdatasync``,
+    the thread blocked on the eventfd."""
+    lines = _lines(count)
+    fd, sync = _reserved(path)
+    os.set_blocking(sync._eventfd, True)
+    offset = 0
+    started = time.perf_counter()
+    for line in lines:
+        os.pwrite(fd, line, offset)
+        offset += len(line)
+        sync._ring.submit(sync._list)
+        os.eventfd_read(sync._eventfd)
+        sync._check()
+    rate = count / (time.perf_counter() - started)
+    os.set_blocking(sync._eventfd, False)
+    sync.close()
+    os.close(fd)
+    return rate
+
+
+async def floor_trio(path: str, count: int) -> float:
+    """The floor under a transcript: the same, awaited in trio (no entries, no index)."""
+    lines = _lines(count)
+    fd, sync = _reserved(path)
+    offset = 0
+    started = time.perf_counter()
+    for line in lines:
+        os.pwrite(fd, line, offset)
+        offset += len(line)
+        await sync.datasync()
+    rate = count / (time.perf_counter() - started)
+    sync.close()
+    os.close(fd)
+    return rate
 
 
 def big_transcript(path: str, count: int) -> None:
@@ -126,9 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bumps", type=int, default=1000, help="bumps per round")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--dir", default=None, help="where the files go (default: a temp dir)")
+    parser.add_argument(
+        "--floor", action="store_true", help="also the kernel-sync floor under the transcript"
+    )
     args = parser.parse_args(argv)
     ours: dict[str, list[float]] = {"append": [], "append8": [], "repair": [], "bump": []}
     theirs: dict[str, list[float]] = {"append": [], "append8": [], "bump": []}
+    floors: dict[str, list[float]] = {"blocking": [], "trio": []}
     with tempfile.TemporaryDirectory(dir=args.dir) as workdir:
         for r in range(args.rounds):
             # Alternate who goes first, so neither always meets the disk warmed by the other.
@@ -142,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
                     ours["append"].append(trio.run(tether_appends, path, args.appends))
                     path = f"{workdir}/e{r}.db"
                     ours["bump"].append(trio.run(tether_bumps, path, args.bumps))
+            if args.floor:
+                floors["blocking"].append(floor_blocking(f"{workdir}/k{r}", args.appends))
+                floors["trio"].append(trio.run(floor_trio, f"{workdir}/m{r}", args.appends))
             theirs["append8"].append(bare_appends(f"{workdir}/g{r}.jsonl", args.appends))
             path = f"{workdir}/c{r}.jsonl"
             ours["append8"].append(trio.run(tether_concurrent_appends, path, args.appends, 8))
@@ -166,6 +223,17 @@ def main(argv: list[str] | None = None) -> int:
             f"| {name} | {tether:,.0f} | {bare:,.0f} | {statistics.median(ratios):.2f}"
             f" | {ratios[0]:.2f} to {ratios[-1]:.2f} | {target} |"
         )
+    for key, name in (
+        ("blocking", "floor: `pwrite` + the kernel's `fdatasync`, a blocked thread, no trio"),
+        ("trio", "floor: the same awaited in trio, no transcript"),
+    ):
+        if floors[key]:
+            ratios = sorted(a / b for a, b in zip(floors[key], theirs["append"], strict=True))
+            print(
+                f"| {name} | {statistics.median(floors[key]):,.0f}"
+                f" | {statistics.median(theirs['append']):,.0f}"
+                f" | {statistics.median(ratios):.2f} | {ratios[0]:.2f} to {ratios[-1]:.2f} | |"
+            )
     print(
         f"| open + repair a {args.entries:,}-entry transcript with a torn tail"
         f" | {min(ours['repair']):.3f} s | n/a | n/a | | < 0.5 s |"

@@ -5,9 +5,9 @@ A bump on the store's worker thread costs two cross-CPU wake-ups, as much as its
 for a lock (``busy_timeout=0``) and never syncs (``synchronous=NORMAL``, no automatic
 checkpoint), so it costs some 15 µs of CPU and no disk wait; then the WAL file is
 ``fdatasync``-ed by the kernel (``tether._aio``) before the epoch is returned, so a returned
-epoch is as durable as under ``synchronous=FULL``. The WAL is grown to ``WAL_RESERVE`` bytes
-once (zeros end a WAL, like the stale frames a restart leaves), so that sync has no file length
-to write. A lock held elsewhere (``BUSY``) says "commit on the worker instead", where the busy
+epoch is as durable as under ``synchronous=FULL``. The WAL is grown to ``WAL_RESERVE`` bytes of
+written zeros once (zeros end a WAL, like the stale frames a restart leaves), so that sync has
+no file length and no block allocation to write. A lock held elsewhere (``BUSY``) says "commit on the worker instead", where the busy
 timeout queues the bump; so does every ``CHECKPOINT_EVERY``-th bump: the worker's connection
 (``FULL``) checkpoints the WAL, then commits, and so restarts the WAL with a synced header.
 
@@ -125,13 +125,21 @@ def _configure(db: sqlite3.Connection) -> None:
 
 
 def _reserve(wal: int, db: sqlite3.Connection) -> None:
-    """Grow the WAL to ``WAL_RESERVE`` with zeros, durably, holding the write lock (no frame
-    can be written meanwhile, even where ``posix_fallocate`` writes the zeros itself)."""
+    """Grow the WAL to ``WAL_RESERVE`` with written zeros, durably, holding the write lock (no
+    frame can be written meanwhile). Not ``posix_fallocate``: ext4 would convert an unwritten
+    extent, a journal commit, at every frame's first write, which is what growing costs."""
     with immediate(db):
         size = os.fstat(wal).st_size
         if size < WAL_RESERVE:
-            os.posix_fallocate(wal, size, WAL_RESERVE - size)
+            _write_all(wal, bytes(WAL_RESERVE - size), size)
             os.fsync(wal)
+
+
+def _write_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 def _sync_directory(path: str) -> None:
