@@ -2,14 +2,15 @@
 
 A bump on the store's worker thread costs two cross-CPU wake-ups, as much as its sync (ADR
 0030). Here the transaction runs on the trio thread on a second connection that never waits
-for a lock (``busy_timeout=0``) and never syncs (``synchronous=NORMAL``, no automatic
-checkpoint), so it costs some 15 µs of CPU and no disk wait; then the WAL file is
+for a lock (``busy_timeout=0``), syncs no commit (``synchronous=NORMAL``) and never
+checkpoints, so it costs some 15 µs of CPU and no disk wait; then the WAL file is
 ``fdatasync``-ed by the kernel (``tether._aio``) before the epoch is returned, so a returned
 epoch is as durable as under ``synchronous=FULL``. The WAL is grown to ``WAL_RESERVE`` bytes of
 written zeros once (zeros end a WAL, like the stale frames a restart leaves), so that sync has
-no file length and no block allocation to write. A lock held elsewhere (``BUSY``) says "commit on the worker instead", where the busy
-timeout queues the bump; so does every ``CHECKPOINT_EVERY``-th bump: the worker's connection
-(``FULL``) checkpoints the WAL, then commits, and so restarts the WAL with a synced header.
+no file length and no block allocation to write. A lock held elsewhere (``BUSY``) says "commit
+on the worker instead", where the busy timeout queues the bump; so does every
+``CHECKPOINT_EVERY``-th bump: the worker's connection (``FULL``) checkpoints the WAL, then
+commits, and so restarts the WAL with a synced header.
 
 A bump committed here is visible to other connections before its sync ends. A reader that
 sees it can only conclude that an older epoch is stale, which is safe; the epoch itself is
