@@ -10,6 +10,7 @@ cancel scope for an uncontended commit, and shielded only while it commits the o
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -54,45 +55,27 @@ class GroupCommit(Generic[T, R]):
             assert waiting.result is not None
             return waiting.result.unwrap()
         self.committing = True
-        if not self._shield:
-            return await self._submit_unshielded(item)
         try:
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True) if self._shield else contextlib.nullcontext():
                 try:
                     (result,) = await self._commit((item,))
-                except Exception:
-                    await self._drain()
+                except (trio.Cancelled, Exception):  # Cancelled: only without the shield
+                    await self._drain_shielded()
                     raise
                 except BaseException as exc:  # nobody is left to drain what queued
                     _fail(self._queue, exc)
                     self._queue = []
                     raise
-                if self._queue:
-                    await self._drain()
+                await self._drain_shielded()
         finally:
             self.committing = False
         return result
 
-    async def _submit_unshielded(self, item: T) -> R:
-        """Commit ``item`` alone, then (shielded) what queued meanwhile, even if cancelled."""
-        try:
-            try:
-                (result,) = await self._commit((item,))
-            except (trio.Cancelled, Exception):
-                if self._queue:
-                    with trio.CancelScope(shield=True):
-                        await self._drain()
-                raise
-            except BaseException as exc:  # nobody is left to drain what queued
-                _fail(self._queue, exc)
-                self._queue = []
-                raise
-            if self._queue:
-                with trio.CancelScope(shield=True):
-                    await self._drain()
-        finally:
-            self.committing = False
-        return result
+    async def _drain_shielded(self) -> None:
+        """What queued meanwhile is committed even if the committer is cancelled."""
+        if self._queue:
+            with trio.CancelScope(shield=True):
+                await self._drain()
 
     async def _drain(self) -> None:
         """Commit what queued meanwhile, group by group, until nothing is left."""
