@@ -116,7 +116,7 @@ class InlineBumps:
 
 
 def _configure(db: sqlite3.Connection) -> None:
-    """Never wait for a lock, never sync, never checkpoint; open the WAL."""
+    """Never wait for a lock, sync no commit, never checkpoint; open the WAL."""
     db.execute("PRAGMA busy_timeout = 0")
     if db.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
         raise sqlite3.OperationalError("the store is not in WAL mode")
