@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from helpers import python, wait_until
+from helpers import python, tmpfs, wait_until
 from tether import SqliteEpochStore, _aio
 from tether.epochs import StoreUnavailable, _inline
 
@@ -160,3 +160,18 @@ async def test_a_sigkilled_bumper_never_loses_an_epoch_it_returned(tmp_path: Pat
         async with SqliteEpochStore(path) as store:
             assert (await store.current("s1") or 0) >= seen[-1]
             assert await store.bump("s1") > seen[-1]
+
+
+async def test_a_disk_too_full_for_the_wal_reserve_leaves_bumps_on_the_worker(
+    tmp_path: Path,
+) -> None:
+    """On a 1 MiB filesystem the 4 MiB reserve cannot be written: the inline path is not
+    taken, every bump is still issued once, and the partly grown WAL opens again."""
+    with tmpfs(tmp_path / "small", "1m") as disk:
+        path = disk / "e.sqlite3"
+        async with SqliteEpochStore(path) as store:
+            assert [await store.bump("s1") for _ in range(20)] == list(range(1, 21))
+            assert store._inline is None
+            assert os.stat(f"{path}-wal").st_size < 512 * 1024, "the failed reserve was kept"
+        async with SqliteEpochStore(path) as again:
+            assert await again.bump("s1") == 21

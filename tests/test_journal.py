@@ -18,7 +18,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import python
+from helpers import python, tmpfs
 from tether import JournalError, ToolCall, ToolResult, Transcript, _aio
 from tether.journal import MAX_DEPTH, Event, Message, scan
 
@@ -418,17 +418,8 @@ async def test_a_missing_transcript_without_create_is_an_error(tmp_path: Path) -
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 64 KiB filesystem (tmpfs), to fill up; skipped where mounting is not allowed."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-        capture_output=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
+    with tmpfs(tmp_path / "tiny", "64k") as mount:
+        yield mount
 
 
 async def test_a_full_disk_raises_journal_error_and_leaves_no_torn_line(

@@ -132,8 +132,13 @@ def _reserve(wal: int, db: sqlite3.Connection) -> None:
     with immediate(db):
         size = os.fstat(wal).st_size
         if size < WAL_RESERVE:
-            _write_all(wal, bytes(WAL_RESERVE - size), size)
-            os.fsync(wal)
+            try:
+                _write_all(wal, bytes(WAL_RESERVE - size), size)
+                os.fsync(wal)
+            except OSError:  # a disk too full for it is left as full as it was
+                with contextlib.suppress(OSError):
+                    os.ftruncate(wal, size)
+                raise
 
 
 def _write_all(fd: int, data: bytes, offset: int) -> None:
