@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import time
 from collections.abc import MutableMapping
@@ -52,3 +53,15 @@ def reexport(namespace: MutableMapping[str, Any]) -> None:
         value = namespace.get(name)
         if inspect.isclass(value) or inspect.isfunction(value):
             value.__module__ = package
+
+
+def write_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` (``pwrite`` may write less than asked): the
+    transcript's appends and the epoch store's WAL reserve."""
+    written = os.pwrite(fd, data, offset)
+    if written == len(data):
+        return
+    view, offset = memoryview(data)[written:], offset + written
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written

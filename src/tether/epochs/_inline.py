@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from .._aio import KernelSync
 from .._sqlite import immediate
+from .._util import write_all
 from .._worker import Worker
 
 BUMP = (
@@ -133,19 +134,12 @@ def _reserve(wal: int, db: sqlite3.Connection) -> None:
         size = os.fstat(wal).st_size
         if size < WAL_RESERVE:
             try:
-                _write_all(wal, bytes(WAL_RESERVE - size), size)
+                write_all(wal, bytes(WAL_RESERVE - size), size)
                 os.fsync(wal)
             except OSError:  # a disk too full for it is left as full as it was
                 with contextlib.suppress(OSError):
                     os.ftruncate(wal, size)
                 raise
-
-
-def _write_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
 
 
 def _sync_directory(path: str) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from .._util import write_all
 from ._entries import Entry, encode
 from ._scan import Damage, scan
 
@@ -258,17 +259,6 @@ def _write_new(path: str, data: bytes) -> None:
     finally:
         os.close(fd)
     _fsync_dir(path)
-
-
-def write_all(fd: int, data: bytes, offset: int) -> None:
-    """Write all of ``data`` at ``offset`` (``pwrite`` may write less than asked)."""
-    written = os.pwrite(fd, data, offset)
-    if written == len(data):
-        return
-    view, offset = memoryview(data)[written:], offset + written
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
 
 
 def _fsync_dir(path: str) -> None:

@@ -17,6 +17,7 @@ import trio
 
 from .. import _aio
 from .._aio import KernelSync
+from .._util import write_all
 from .._worker import Worker
 from . import _disk
 from ._disk import Tail
@@ -67,7 +68,7 @@ class Sink:
             await self._worker.run(_disk.append, self.fd, data, tail, self.path)
             return
         try:
-            _disk.write_all(self.fd, data, tail.size)
+            write_all(self.fd, data, tail.size)
             if not await self._sync.datasync():  # the process's AIO ring is full
                 with trio.CancelScope(shield=True):
                     await self._worker.run(_disk.datasync, self.fd)
