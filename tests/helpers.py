@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 import trio
 
 from tether.process._table import marks
@@ -158,8 +159,6 @@ def agentd_events(directory: Path, session: str | None = None) -> list[dict[str,
 def tmpfs(mount: Path, size: str) -> Iterator[Path]:
     """A real filesystem of ``size`` (tmpfs) at ``mount``, to fill up; skips the test where
     mounting is not allowed."""
-    import pytest
-
     mount.mkdir()
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
