@@ -12,12 +12,16 @@ import textwrap
 import time
 from pathlib import Path
 
+import attrs
 import psutil
 import pytest
 import trio
 
+import tether.process._ref
 from helpers import python, reap_zombie_children, unique_session, wait_until, zombie_children
-from tether import ChildGroup
+from tether import ChildGroup, KeeperUnresponsive
+from tether.process._child import REPORT_TIMEOUT
+from tether.process._proc import Stat
 
 GRACE = 0.2
 BOUND = 2 * GRACE + 1.0
@@ -190,7 +194,7 @@ async def test_a_killed_keeper_falls_back_to_marks(
     for pid in (before.pid, after.pid):
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
     assert after.returncode == -signal.SIGINT
-    assert before.returncode == 0  # its status went with the keeper (logged)
+    assert before.returncode == -signal.SIGINT  # the kernel kept its status for us
     assert f"keeper pid {keeper} died" in caplog.text
     await wait_until(lambda: zombie_children() == [])
 
@@ -208,4 +212,175 @@ async def test_a_group_starts_and_closes_its_keeper(tmp_path: Path) -> None:
             assert await child.wait() == 7
         assert psutil.Process(child.pid).ppid() if psutil.pid_exists(child.pid) else True
     assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    assert zombie_children() == []
+
+
+# An owner that leaves its keeper's reports unread when it dies: its group spawns the escapees
+# and 50 children that exit at once, then it blocks its trio thread (no task reads the
+# keeper's socket) until it is SIGKILLed.
+DEAF_OWNER = """
+    import os, sys, time, trio, tether
+    async def main():
+        async with tether.ChildGroup(sys.argv[2], 1, grace=float(sys.argv[3])) as group:
+            await group.spawn([sys.executable, "-c", sys.argv[4], sys.argv[1]])
+            for _ in range(50):
+                await group.spawn(["true"])
+            while not os.path.exists(sys.argv[1] + "/ready"):
+                await trio.sleep(0.01)
+            open(sys.argv[1] + "/owner-ready", "w").write(str(group.keeper_pid))
+            time.sleep(1000)
+    trio.run(main)
+"""
+
+
+@pytest.mark.parametrize("round_", range(3))
+async def test_issue_26_row_1_an_owner_dying_with_reports_unread_leaves_no_survivor(
+    tmp_path: Path, round_: int
+) -> None:
+    """The owner dies with the keeper's exit reports unread in its socket, so the keeper's
+    next read fails (``ECONNRESET``) instead of ending: the keeper still stops the tree."""
+    session = unique_session()
+    owner = subprocess.Popen(
+        python(DEAF_OWNER, str(tmp_path), session, str(GRACE), textwrap.dedent(ESCAPEES))
+    )
+    try:
+        await wait_until(lambda: (tmp_path / "owner-ready").exists(), timeout=20)
+        tree = escapees(tmp_path)
+        keeper = psutil.Process(int((tmp_path / "owner-ready").read_text()))
+        assert sorted(alive(tree)) == sorted(NAMES)
+        owner.kill()
+        owner.wait(timeout=10)
+        await wait_until(lambda: alive(tree) == [], timeout=BOUND + HEADROOM)
+        await wait_until(lambda: not keeper.is_running() or keeper.status() == "zombie")
+        await wait_until(reap_zombie_children)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        for process in escapees(tmp_path).values():
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                continue
+
+
+async def test_issue_26_row_2_a_killed_keeper_loses_no_exit_status() -> None:
+    """The keeper is SIGKILLed while a tool runs: the tool's status comes from the kernel
+    (this process, a subreaper, reaps the orphan; the pidfd still tells its status)."""
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        keeper = group.keeper_pid
+        assert keeper is not None
+
+        async def kill_keeper() -> None:
+            await wait_until(lambda: len(psutil.Process(keeper).children()) > 0)
+            os.kill(keeper, signal.SIGKILL)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_keeper)
+            result = await group.run(["sh", "-c", "sleep 0.5; exit 3"])
+        assert group.keeper_pid is None
+        assert (result.returncode, result.status_lost, result.failed) == (3, False, True)
+        child = await group.spawn(["sh", "-c", "exit 4"])
+        assert await child.wait() == 4
+
+
+# An owner (not a subreaper) whose keeper is killed under a child that exits 3: the orphaned
+# child goes to this test process, which leaves it a zombie while the owner reads its status.
+LOST_KEEPER_OWNER = """
+    import os, signal, sys, trio, tether
+    async def main():
+        async with tether.ChildGroup(sys.argv[1], 1, grace=0.2) as group:
+            wait = 'while [ ! -e "$0" ]; do sleep 0.01; done; exit 3'
+            child = await group.spawn(["sh", "-c", wait, sys.argv[2]])
+            os.kill(group.keeper_pid, signal.SIGKILL)
+            while group.keeper_pid is not None:
+                await trio.sleep(0.01)
+            print(child.pid, flush=True)
+            print(await child.wait(), child.status_lost, flush=True)
+    trio.run(main)
+"""
+
+
+async def test_issue_26_row_2_a_status_read_from_a_zombie_the_owner_does_not_own(
+    tmp_path: Path,
+) -> None:
+    go = tmp_path / "go"
+    owner = subprocess.Popen(
+        python(LOST_KEEPER_OWNER, unique_session(), str(go)), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        pid = int(owner.stdout.readline())
+        assert psutil.Process(pid).ppid() == os.getpid()  # ours by adoption, left unreaped
+        go.touch()
+        assert owner.stdout.readline().split() == ["3", "False"]
+        assert owner.wait(timeout=10) == 0
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()
+    await wait_until(reap_zombie_children)
+
+
+async def test_issue_26_row_2_a_status_nobody_can_tell_is_lost_not_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the kernel cannot tell (a zombie's stat unreadable, and before Linux 6.15 no
+    pidfd after the reap), the status is lost, and says so in the type."""
+    monkeypatch.setattr("tether.process._child.pidfd_exit_status", lambda _: None)
+    read_stat = tether.process._ref.read_stat
+
+    def no_exit_code(pid: int) -> Stat | None:
+        stat = read_stat(pid)
+        return None if stat is None else attrs.evolve(stat, exit_code=None)
+
+    monkeypatch.setattr("tether.process._ref.read_stat", no_exit_code)
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        keeper = group.keeper_pid
+        assert keeper is not None
+
+        async def kill_keeper() -> None:
+            await wait_until(lambda: len(psutil.Process(keeper).children()) > 0)
+            os.kill(keeper, signal.SIGKILL)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_keeper)
+            result = await group.run(["sh", "-c", "sleep 0.5; exit 0"])
+    assert (result.returncode, result.status_lost, result.failed) == (None, True, True)
+    assert "lost" in result.reason()
+
+
+async def test_issue_26_row_3_a_stopped_keeper_is_a_typed_error_within_its_deadline() -> None:
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        assert group._keeper is not None
+        group._keeper.timeout = 0.5
+        keeper = psutil.Process(group.keeper_pid)
+        keeper.suspend()
+        with trio.fail_after(0.5 + HEADROOM), pytest.raises(KeeperUnresponsive):
+            await group.spawn(["true"])
+        await wait_until(lambda: group.keeper_pid is None)
+        assert keeper.wait(timeout=5) == -signal.SIGKILL
+        child = await group.spawn(["sh", "-c", "exit 5"])  # the group goes on without it
+        assert await child.wait() == 5
+    assert zombie_children() == []
+
+
+async def test_issue_26_row_3_a_keeper_stopped_mid_run_ends_the_run_with_its_status() -> None:
+    """The keeper is stopped after the spawn: the tool's exit goes unreported, so after
+    ``REPORT_TIMEOUT`` the keeper is killed and the status read from the kernel."""
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        keeper = psutil.Process(group.keeper_pid)
+
+        async def stop_keeper() -> None:
+            await wait_until(lambda: len(keeper.children()) > 0)
+            keeper.suspend()
+
+        with trio.fail_after(2 + REPORT_TIMEOUT + HEADROOM):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stop_keeper)
+                result = await group.run(["sh", "-c", "sleep 0.3; exit 6"], timeout=2)
+        assert (result.returncode, result.timed_out) == (6, False)
+        assert keeper.wait(timeout=5) == -signal.SIGKILL
     assert zombie_children() == []

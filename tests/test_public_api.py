@@ -47,6 +47,7 @@ PUBLIC = {
         "ProcessRef",
         "RunResult",
         "SpawnError",
+        "KeeperUnresponsive",
         "ToolActivity",
         "ToolFailed",
         "ToolStall",

@@ -15,11 +15,12 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import psutil
 import pytest
 import trio
 
 import tether.signals
-from helpers import killer_argv, lingering_killer, python
+from helpers import killer_argv, lingering_killer, python, reap_zombie_children, wait_until
 
 PRELUDE = """
     import json, logging, os, signal, sys, trio, tether, tether.signals
@@ -55,7 +56,10 @@ class Lines:
 
 @asynccontextmanager
 async def program(code: str) -> AsyncIterator[tuple[trio.Process, Lines]]:
-    """Run PRELUDE + ``code``; yield the process and its JSON lines; kill it on the way out."""
+    """Run PRELUDE + ``code``; yield the process and its JSON lines; kill it on the way out,
+    and wait for what it leaves to this process, a subreaper (a ``ChildGroup``'s keeper that
+    outlived it), to end and be reaped."""
+    before = {child.pid for child in psutil.Process().children()}
     process = await trio.lowlevel.open_process(
         python(textwrap.dedent(PRELUDE) + textwrap.dedent(code)),
         stdout=subprocess.PIPE,
@@ -72,6 +76,13 @@ async def program(code: str) -> AsyncIterator[tuple[trio.Process, Lines]]:
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 await stream.aclose()
+
+        def orphans_gone() -> bool:
+            return reap_zombie_children() and all(
+                child.pid in before for child in psutil.Process().children()
+            )
+
+        await wait_until(orphans_gone)
 
 
 async def _stderr(process: trio.Process) -> str:

@@ -80,6 +80,7 @@ __all__ = [
     "SessionRecord",
     "SignalEvent",
     "SpawnError",
+    "KeeperUnresponsive",
     "SqliteEpochStore",
     "StoreInUse",
     "StoreUnavailable",
@@ -182,6 +183,7 @@ _LAYER = {
     "ToolFailed": "process",
     "ToolStall": "process",
     "SpawnError": "process",
+    "KeeperUnresponsive": "process",
     "find_twins": "process",
     "SignalEvent": "signals",
 }
@@ -295,6 +297,7 @@ if TYPE_CHECKING:
     from .liveness import watch_turn as watch_turn
     from .process import Child as Child
     from .process import ChildGroup as ChildGroup
+    from .process import KeeperUnresponsive as KeeperUnresponsive
     from .process import OnStall as OnStall
     from .process import PipeHolder as PipeHolder
     from .process import ProcessRef as ProcessRef

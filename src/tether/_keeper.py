@@ -80,6 +80,9 @@ class Keeper:
         self.grace = grace
         self.me = os.getpid()
         self.buffer = b""
+        self.outgoing = bytearray()
+        """Frames the owner has not taken yet: the socket is non-blocking, so a stopped owner
+        never blocks the keeper (it must still see its owner die, and reap)."""
         self.fds: list[int] = []
         self.held: set[int] = set()
         """Spawned children not acknowledged yet: their zombies keep their pids."""
@@ -87,12 +90,32 @@ class Keeper:
         """Children the owner spawned and waits for."""
 
     def send(self, message: dict[str, Any]) -> None:
-        with contextlib.suppress(OSError):  # the owner is gone; its pidfd says so next
-            self.sock.sendall(frame(message))
+        self.outgoing += frame(message)
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what the socket takes now; keep the rest for its next ``POLLOUT``."""
+        while self.outgoing:
+            try:
+                sent = self.sock.send(self.outgoing)
+            except BlockingIOError:
+                return
+            except OSError:  # the owner is gone: its pidfd or the socket's end says so next
+                self.outgoing.clear()
+                return
+            del self.outgoing[:sent]
 
     def receive(self) -> list[dict[str, Any]] | None:
-        """The whole frames that arrived, or ``None`` at end of file."""
-        data, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(64 * 4))
+        """The whole frames that arrived, or ``None`` once the owner's end is closed or broken
+        (``ECONNRESET``: it died with frames of ours unread)."""
+        try:
+            data, ancillary, _, _ = self.sock.recvmsg(
+                65536, socket.CMSG_SPACE(64 * 4), socket.MSG_CMSG_CLOEXEC
+            )
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError:
+            return None
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array("i")
@@ -146,11 +169,12 @@ class Keeper:
         self.held.clear()
         below = _procfs.descendants([self.me], _procfs.table())
         if below:
-            print(
-                f"tether keeper {self.me}: {why}; stopping {len(below)} processes",
-                file=sys.stderr,
-                flush=True,
-            )
+            with contextlib.suppress(OSError, ValueError):  # a pipe nobody reads any more
+                print(
+                    f"tether keeper {self.me}: {why}; stopping {len(below)} processes",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
         def collect() -> set[_procfs.Identity]:
             pids = _procfs.descendants([self.me], _procfs.table())
@@ -162,39 +186,54 @@ class Keeper:
         return len(below)
 
     def run(self) -> None:
+        """Serve the owner until it dies or closes the group; whatever ends this (the owner's
+        death, its socket's end or error, SIGTERM, a bug here), the tree is stopped first."""
+        try:
+            why = self.serve()
+        except BaseException as exc:
+            self.stop_all(f"the keeper failed ({type(exc).__name__}: {exc})")
+            raise
+        self.stop_all(why)
+
+    def serve(self) -> str:
+        """Serve the owner's requests; why it stopped."""
         try:
             owner_fd = os.pidfd_open(self.owner)
         except OSError:
-            self.stop_all("its owner was gone before it started")
-            return
+            return "its owner was gone before it started"
         if os.getppid() != self.owner:  # the owner died before the pidfd was open
-            self.stop_all(f"owner pid {self.owner} is gone")
-            return
+            return f"owner pid {self.owner} is gone"
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: None)
+        self.sock.setblocking(False)
         self.send({"op": "ready", "pid": self.me})
+        sock = self.sock.fileno()
         poll = select.poll()
-        for fd in (self.sock.fileno(), owner_fd, wake_r):
+        for fd in (sock, owner_fd, wake_r):
             poll.register(fd, select.POLLIN)
         while True:
+            poll.modify(sock, select.POLLIN | (select.POLLOUT if self.outgoing else 0))
             try:
-                ready = {fd for fd, _ in poll.poll()}
+                ready = dict(poll.poll())
             except InterruptedError:
                 continue
+            if owner_fd in ready:  # first: nothing the socket holds matters once it is dead
+                return f"owner pid {self.owner} died"
             if wake_r in ready:
                 woken = os.read(wake_r, 512)
                 self.reap()
                 if signal.SIGTERM.to_bytes(1, "little") in woken:
-                    self.stop_all("it was sent SIGTERM")
-                    return
-            if self.sock.fileno() in ready:
+                    return "it was sent SIGTERM"
+            events = ready.get(sock, 0)
+            if events & select.POLLOUT:
+                self.flush()
+            if events & ~select.POLLOUT:
                 frames = self.receive()
                 if frames is None:
-                    self.stop_all(f"owner pid {self.owner} closed its end")
-                    return
+                    return f"owner pid {self.owner} closed its end"
                 for frame in frames:
                     op = frame.get("op")
                     if op == "spawn":
@@ -203,11 +242,7 @@ class Keeper:
                         self.held.discard(int(frame["pid"]))
                         self.reap()
                     elif op == "close":
-                        self.stop_all("its owner closed the group")
-                        return
-            if owner_fd in ready:
-                self.stop_all(f"owner pid {self.owner} died")
-                return
+                        return "its owner closed the group"
 
 
 def main(argv: list[str]) -> None:

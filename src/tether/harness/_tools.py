@@ -142,6 +142,9 @@ class Tools:
         self, call: ToolCall, name: str, result: RunResult, threshold: Threshold, *, stopped: bool
     ) -> None:
         shutdown = self._reason()
+        if result.status_lost:
+            await self._answer(call, await self._output(call, result), "error", result.reason())
+            return
         if result.timed_out:
             outcome, why = "timed_out", f"timed out after {result.timeout:g} s"
         elif shutdown is not None and result.returncode is not None and result.returncode < 0:
@@ -189,6 +192,8 @@ class Tools:
             record["holders"] = [holder.describe() for holder in result.holders]
         if result.stalled:
             record["stalled"] = True
+        if result.status_lost:
+            record["status_lost"] = True
         return record
 
     @contextlib.asynccontextmanager

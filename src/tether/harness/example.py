@@ -76,7 +76,7 @@ async def _answer(commands: Receiver[Command], ctx: HarnessContext) -> None:
         await ctx.transcript.append_message("user", command.text)
         steps = str(command.meta.get("steps", 1_000_000))
 
-        async def run_agent(steps: str = steps) -> int:
+        async def run_agent(steps: str = steps) -> int | None:
             child = await ctx.children.spawn([sys.executable, "-c", AGENT, steps], name="agent")
             return await child.wait()
 

@@ -5,6 +5,7 @@ from ._activity import ToolActivity as ToolActivity
 from ._child import Child as Child
 from ._group import ChildGroup as ChildGroup
 from ._holders import PipeHolder as PipeHolder
+from ._keeper import KeeperUnresponsive as KeeperUnresponsive
 from ._proc import become_subreaper as become_subreaper
 from ._proc import boot_id as boot_id
 from ._ref import ProcessRef as ProcessRef
@@ -26,6 +27,7 @@ __all__ = [
     "Child",
     "ChildGroup",
     "DEFAULT_STALL_AFTER",
+    "KeeperUnresponsive",
     "OnStall",
     "PipeHolder",
     "ProcessRef",

@@ -1,22 +1,33 @@
 """``Child``: one process a ``ChildGroup`` started: waited for through a pidfd if it is this
-process's own child, or told of its exit by the group's keeper, which is its parent."""
+process's own child, or told of its exit by the group's keeper, which is its parent.
+
+Its exit status is never made up. If the keeper dies or stops reporting (SIGKILLed, SIGSTOPped)
+or someone else reaps the child, the status comes from the kernel: a zombie's
+``/proc/PID/stat``, or, once anyone reaped it, the pidfd this process opened at the spawn
+(``PIDFD_INFO_EXIT``, Linux 6.15). Where neither can tell, ``status_lost`` says so and
+``returncode`` stays ``None``: never a made-up ``0``.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import final
 
 import trio
 
 from .._util import NoPublicConstructor
-from ._proc import pidfd_open
+from ._proc import pidfd_exit_status, pidfd_open
 from ._ref import ProcessRef
 from ._registry import SPAWNED
 from ._teardown import stop_processes, tree_of
 
 logger = logging.getLogger("tether.process")
+
+REPORT_TIMEOUT = 2.0
+"""Seconds the group's keeper has to report a child's exit once the child's pidfd says it
+exited; past it the keeper is taken for unresponsive (``Child.on_silent``)."""
 
 
 @final
@@ -31,7 +42,8 @@ class Child(metaclass=NoPublicConstructor):
         self.name = name
         self.grace = grace
         self.returncode: int | None = None
-        """The exit status once reaped: the code, or ``-signo`` if a signal killed it."""
+        """The exit status once known: the code, or ``-signo`` if a signal killed it;
+        ``None`` while it runs, and if its status was lost (``status_lost``)."""
         self.stdin: trio.lowlevel.FdStream | None = None
         """With ``stdin=PIPE``: the child's standard input (a ``trio.abc.SendStream``)."""
         self.stdout: trio.lowlevel.FdStream | None = None
@@ -40,17 +52,23 @@ class Child(metaclass=NoPublicConstructor):
         """With ``stderr=PIPE``: the child's standard error (a ``trio.abc.ReceiveStream``)."""
         self.pipes: dict[str, int] = {}
         """The read ends of its output pipes here, by stream name (to find their holders)."""
+        self.status_lost = False
+        """Whether it is gone and its exit status could not be had (``returncode`` stays
+        ``None``): its keeper died and the kernel could not tell (before Linux 6.15)."""
+        self.on_silent: Callable[[Child], None] | None = None
+        """Called when the keeper left this child's exit unreported for ``REPORT_TIMEOUT``."""
         self._kept = kept
         """Whether the group's keeper is its parent (and reports its exit)."""
-        self._reported = trio.Event()
-        self._pidfd: int | None = None
+        self._done = trio.Event()
+        self._exit_seen: float | None = None
+        """When its pidfd said it exited (trio time)."""
         self._watching = False
         self._watch_done = trio.Event()
+        try:  # a kept child's zombie is held by the keeper until our ack: the pid is its own
+            self._pidfd = pidfd_open(ref.pid)
+        except ProcessLookupError:  # pragma: no cover - an unreaped child cannot vanish
+            self._pidfd = None
         if not kept:
-            try:
-                self._pidfd = pidfd_open(ref.pid)
-            except ProcessLookupError:  # pragma: no cover - our unreaped child cannot vanish
-                self._pidfd = None
             SPAWNED[ref.pid] = self
 
     @property
@@ -58,22 +76,34 @@ class Child(metaclass=NoPublicConstructor):
         """The child's pid (also its process group and session id)."""
         return self.ref.pid
 
+    @property
+    def done(self) -> bool:
+        """Whether it has exited and its status is settled (known, or lost)."""
+        return self._done.is_set()
+
+    @property
+    def exited(self) -> bool:
+        """Whether it is known to have exited (its status may still be on its way)."""
+        return self._exit_seen is not None or self.done
+
     def __repr__(self) -> str:
-        state = "running" if self.returncode is None else f"exited {self.returncode}"
+        if not self.done:
+            state = "running"
+        else:
+            state = "status lost" if self.status_lost else f"exited {self.returncode}"
         return f"<tether.Child {self.name!r} pid={self.pid} {state}>"
 
     def poll(self) -> int | None:
         """Reap the child if it has exited; its ``returncode`` or ``None``. Not a checkpoint."""
-        if self.returncode is not None or self._kept:
+        if self.done or self._kept:
             return self.returncode
         try:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
         except ChildProcessError:
-            # Reaped by someone else (SIGCHLD ignored, or a waitpid(-1) elsewhere): the status
-            # is lost. Like subprocess, call it 0, but say so.
-            logger.warning("child %s was reaped by someone else; exit status lost", self.pid)
-            self._reaped(0)
-            return 0
+            # Reaped by someone else (SIGCHLD ignored, or a waitpid(-1) elsewhere): the kernel
+            # may still know its status.
+            self._settle_from_kernel(gone=True)
+            return self.returncode
         if pid == 0:
             return None
         self._reaped(os.waitstatus_to_exitcode(status))
@@ -85,56 +115,109 @@ class Child(metaclass=NoPublicConstructor):
             if stream is not None:
                 stream.close()
 
-    def _reaped(self, code: int) -> None:
+    def _reaped(self, code: int | None) -> None:
+        """Settle the status (``None``: lost); the first settlement stands."""
+        if self.done:
+            return
         self.returncode = code
-        self._reported.set()
+        self.status_lost = code is None
+        self._done.set()
         SPAWNED.pop(self.pid, None)
         if self._pidfd is not None:
             trio.lowlevel.notify_closing(self._pidfd)  # a task in wait() sees it and re-checks
             os.close(self._pidfd)
             self._pidfd = None
 
-    async def wait(self) -> int:
-        """Wait for the child to exit, reap it and return its ``returncode``.
+    def _settle_from_kernel(self, *, gone: bool = False) -> bool:
+        """Settle the status from the kernel if it has exited: a zombie's ``/proc`` stat, or,
+        once anyone reaped it, its pidfd. With ``gone`` (it was reaped elsewhere), a status
+        the kernel cannot give is settled as lost. Whether it is settled now."""
+        if self.done:
+            return True
+        stat = self.ref.stat()
+        if stat is not None and stat.state != "Z":
+            return False  # it runs
+        if stat is not None and stat.exit_code is not None:
+            self._reaped(os.waitstatus_to_exitcode(stat.exit_code))
+            return True
+        status = pidfd_exit_status(self._pidfd) if self._pidfd is not None else None
+        if status is not None:
+            self._reaped(os.waitstatus_to_exitcode(status))
+        elif stat is None or gone:
+            logger.warning("child %s: its exit status is lost (the kernel cannot tell)", self.pid)
+            self._reaped(None)
+        return self.done
+
+    async def wait(self) -> int | None:
+        """Wait for the child to exit, reap it and return its ``returncode`` (``None`` only if
+        its status was lost: ``status_lost``).
+
+        A kept child's exit left unreported by the keeper for ``REPORT_TIMEOUT`` (a keeper
+        that was SIGSTOPped) calls ``on_silent`` and takes the status from the kernel.
 
         Cancel safety: safe; the child is untouched and a later ``wait`` still works.
         """
-        if self._kept:
-            await self._reported.wait()
-            assert self.returncode is not None
-            return self.returncode
-        while self.returncode is None:
-            if self._watching:
-                await self._watch_done.wait()
-                continue
-            self._watching = True
-            self._watch_done = trio.Event()
-            try:
-                await self._exited()
-            except trio.ClosedResourceError:
-                pass  # another task reaped the child and closed the pidfd
-            finally:
-                self._watching = False
-                self._watch_done.set()
-            self.poll()
+        while not self.done:
+            await self._exited()
+            if self.done or self._exit_seen is None:
+                continue  # settled meanwhile, or the task watching the pidfd was cancelled
+            if self._kept:
+                await self._await_report(self._exit_seen)
+            elif self.poll() is None:  # pragma: no cover - exited but not a zombie yet
+                await trio.sleep(0.005)
         await trio.lowlevel.checkpoint()
         return self.returncode
 
-    async def _exited(self) -> None:
-        if self._pidfd is not None:
-            await trio.lowlevel.wait_readable(self._pidfd)
+    async def _await_report(self, exited_at: float) -> None:
+        with trio.move_on_at(exited_at + REPORT_TIMEOUT):
+            await self._done.wait()
+        if self.done:
             return
-        delay = 0.001
-        while self.ref.state() not in (None, "Z"):
-            await trio.sleep(delay)
-            delay = min(delay * 2, 0.1)
+        if self.on_silent is not None:
+            self.on_silent(self)
+        await self.without_keeper()
+
+    async def without_keeper(self) -> None:
+        """Settle the status from the kernel once the child exits: its keeper is gone or
+        silent (bounded once it exited; it may run for as long as it likes before)."""
+        while not self.done:
+            await self._exited()
+            if self._exit_seen is not None and not self._settle_from_kernel():
+                await trio.sleep(0.005)  # between its exit and its zombie
+
+    async def _exited(self) -> None:
+        """Return once it has exited (``_exit_seen``), is settled, or the task that watches
+        its pidfd for everyone was cancelled (then look again)."""
+        if self._exit_seen is not None or self.done:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._watching:
+            await self._watch_done.wait()
+            return
+        self._watching = True
+        self._watch_done = trio.Event()
+        try:
+            if self._pidfd is not None:
+                await trio.lowlevel.wait_readable(self._pidfd)
+            else:
+                delay = 0.001
+                while self.ref.state() not in (None, "Z"):
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, 0.1)
+            self._exit_seen = trio.current_time()
+        except trio.ClosedResourceError:
+            pass  # another task settled the status and closed the pidfd
+        finally:
+            self._watching = False
+            self._watch_done.set()
 
     def send_signal(self, sig: int) -> bool:
         """Signal the child itself (not its group) if it still exists; whether it was sent."""
-        return self.returncode is None and self.ref.send_signal(sig)
+        return not self.done and self.ref.send_signal(sig)
 
-    async def stop(self, grace: float | None = None) -> int:
-        """Stop this child's tree as a group's exit does (SIGINT, SIGTERM, SIGKILL); its code.
+    async def stop(self, grace: float | None = None) -> int | None:
+        """Stop this child's tree as a group's exit does (SIGINT, SIGTERM, SIGKILL); its code
+        (``None`` if its status was lost).
 
         Each step waits ``grace`` (the group's unless given). Descendants that already left the
         tree for another session are stopped when the group exits.

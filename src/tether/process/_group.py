@@ -27,7 +27,7 @@ import trio
 
 from ._activity import ToolActivity
 from ._adoptive import OrphanReaper
-from ._child import Child
+from ._child import REPORT_TIMEOUT, Child
 from ._keeper import Keeper, KeeperUnavailable
 from ._proc import become_subreaper
 from ._ref import ProcessRef
@@ -43,7 +43,7 @@ from ._table import (
     refs,
     snapshot,
 )
-from ._teardown import KILL_WAIT, stop_processes, wait_gone
+from ._teardown import KILL_WAIT, stop_processes
 from ._tool import MAX_OUTPUT, run_tool
 from ._twins import find_twins
 
@@ -176,8 +176,13 @@ class ChildGroup:
             self._keeper.pid,
         )
         for child in self._keeper.unreported():
-            self._nursery.start_soon(_lost_status, child)
+            self._nursery.start_soon(child.without_keeper)
         self._nursery.start_soon(self._adopt_orphans)
+
+    def _keeper_silent(self, child: Child) -> None:
+        if self._keeper is not None:
+            why = f"pid {child.pid} exited and it said nothing for {REPORT_TIMEOUT:g}s"
+            self._keeper.unresponsive(why)
 
     def _sessions(self) -> set[int]:
         return {child.pid for child in self._children}
@@ -234,6 +239,7 @@ class ChildGroup:
             if keeper is not None and keeper.alive:
                 ref = await keeper.spawn(argv[0], path, args, full_env, stdio.child_fds)
                 child = Child._create(ref, argv, label, self.grace, kept=True)
+                child.on_silent = self._keeper_silent
                 keeper.watch(child)
             else:
                 pid = spawn_process(argv, full_env, directory, fds=stdio.child_fds)
@@ -332,7 +338,7 @@ class ChildGroup:
         keeper = self._keeper
         if keeper is not None and keeper.alive:
             return refs(descendants(stats, [keeper.pid]))
-        roots = {child.pid for child in self._children if child.returncode is None}
+        roots = {child.pid for child in self._children if not child.done}
         roots |= self._reaper.orphans(stats)
         if self._keeper_lost:
             roots |= {pid for pid in stats if self._reaper.marked(pid)}
@@ -373,17 +379,9 @@ class ChildGroup:
             return
         with trio.move_on_after(REPORT_WAIT):
             for child in self._children:
-                if child.returncode is None and keeper.alive:
+                if not child.done and keeper.alive:
                     await child.wait()
         await keeper.close()
-        for child in keeper.unreported():
-            await _lost_status(child)
-
-
-async def _lost_status(child: Child) -> None:
-    """A child whose keeper is gone: wait until it is gone too; its status went with the
-    keeper (0, as ``subprocess`` says of a status someone else reaped, and logged)."""
-    await wait_gone({child.ref}, cap=0.1)
-    if child.returncode is None:
-        logger.warning("child %s: its exit status was lost with the keeper", child.pid)
-        child._reaped(0)
+        with trio.move_on_after(REPORT_WAIT):  # they were stopped: the kernel has the rest
+            for child in keeper.unreported():
+                await child.without_keeper()

@@ -3,7 +3,8 @@
 The keeper is started with ``python -I -S`` and a socket, spawns the group's children on
 request, and tells of each exit. If this process dies, however it dies, the keeper sees it
 through a pidfd and stops everything below itself. ADR 0023 says why it is a process of its
-own, and what it costs.
+own, and what it costs. Every round trip to it has a deadline (``KEEPER_TIMEOUT``): a keeper
+that does not answer (SIGSTOPped, say) is killed and the group goes on without it (ADR 0031).
 """
 
 from __future__ import annotations
@@ -36,19 +37,39 @@ _CODE = (
 )
 START_TIMEOUT = 10.0
 """Seconds a keeper has to say it is ready."""
+KEEPER_TIMEOUT = 5.0
+"""Seconds a keeper has to take a request and answer it; past them it is unresponsive."""
 
 
 class KeeperUnavailable(RuntimeError):
     """The keeper could not be started, or is gone."""
 
 
+class KeeperUnresponsive(SpawnError):
+    """The group's keeper did not answer a spawn within its deadline (it was stopped, say):
+    it was killed, the group goes on without it, and whether the program started is not
+    known (if it did, it carries the group's mark and is stopped with the group)."""
+
+    def __init__(self, program: str, keeper: int, timeout: float) -> None:
+        detail = f"the group's keeper (pid {keeper}) did not answer within {timeout:g}s"
+        super().__init__(program, errno.ETIMEDOUT, detail)
+        self.keeper = keeper
+
+
 class Keeper:
     """One running keeper: ``spawn`` through it; ``serve`` reads what it says (run it in the
     group's nursery); ``close`` stops what is left below it and waits for it to exit."""
 
-    def __init__(self, process: Child, sock: trio.socket.SocketType, grace: float) -> None:
+    def __init__(
+        self,
+        process: Child,
+        sock: trio.socket.SocketType,
+        grace: float,
+        timeout: float = KEEPER_TIMEOUT,
+    ) -> None:
         self.process = process
         self.grace = grace
+        self.timeout = timeout
         self._sock = sock
         self._buffer = b""
         self._lock = trio.Lock()
@@ -80,7 +101,8 @@ class Keeper:
             raise KeeperUnavailable(f"cannot start a keeper: {exc}") from exc
         finally:
             theirs.close()
-        keeper = cls(Child._create(ProcessRef.of(pid), argv, "keeper", grace), _trio(ours), grace)
+        child = Child._create(ProcessRef.of(pid), argv, "keeper", grace)
+        keeper = cls(child, _trio(ours), grace)
         with trio.move_on_after(START_TIMEOUT):
             frames = await keeper._read()
             if frames and frames[0].get("op") == "ready":
@@ -108,7 +130,7 @@ class Keeper:
         if op == "exit":
             child = self._watched.pop(int(frame["pid"]), None)
             if child is not None:
-                child._reaped(int(frame["code"]))
+                child._reaped(int(frame["code"]))  # unless the kernel told it first
         elif op in ("spawned", "failed"):
             self._reply = frame
             self._replied.set()
@@ -121,6 +143,7 @@ class Keeper:
         target to ours, set up in the child); its identity. ``watch`` and ``ack`` it next.
 
         Raises:
+            KeeperUnresponsive: the keeper did not answer within ``timeout`` (it was killed).
             SpawnError: the keeper could not start it, or is gone.
         """
         targets = list((fds or {}).keys())
@@ -132,8 +155,12 @@ class Keeper:
             if not self.alive:
                 raise SpawnError(program, errno.ECHILD, "the group's keeper is gone")
             self._replied = trio.Event()
-            await self._send(message, sources)
-            await self._replied.wait()
+            with trio.move_on_after(self.timeout) as deadline:
+                await self._send(message, sources)
+                await self._replied.wait()
+            if deadline.cancelled_caught:
+                self.unresponsive(f"it did not answer a spawn within {self.timeout:g}s")
+                raise KeeperUnresponsive(program, self.pid, self.timeout)
             reply, self._reply = self._reply, None
         if reply is None:
             raise SpawnError(program, errno.ECHILD, "the group's keeper is gone")
@@ -146,22 +173,39 @@ class Keeper:
         self._watched[child.pid] = child
 
     async def ack(self, pid: int) -> None:
-        """Tell the keeper ``pid``'s identity is known: it may reap it from now on."""
-        await self._send({"op": "ack", "pid": pid}, [])
+        """Tell the keeper ``pid``'s identity is known: it may reap it from now on. A keeper
+        that does not take it within ``timeout`` is unresponsive (killed)."""
+        with trio.move_on_after(self.timeout) as deadline:
+            try:
+                await self._send({"op": "ack", "pid": pid}, [])
+            except OSError:
+                return  # it is gone: its reader says so
+        if deadline.cancelled_caught:
+            self.unresponsive(f"it did not take an ack within {self.timeout:g}s")
+
+    def unresponsive(self, why: str) -> None:
+        """The keeper does not answer (stopped, say): kill it, so the group goes on without
+        it (its reader ends, ``on_lost`` runs; statuses come from the kernel)."""
+        if not self.alive:
+            return
+        logger.error("keeper pid %d is unresponsive (%s): killing it", self.pid, why)
+        self.process.send_signal(signal.SIGKILL)
 
     def unreported(self) -> list[Child]:
         """The children whose exit the keeper has not reported."""
-        return list(self._watched.values())
+        return [child for child in self._watched.values() if not child.done]
 
     async def close(self) -> None:
         """Ask the keeper to stop whatever is left below it and exit; wait for it (bounded)."""
         bound = 2 * self.grace + 2.0
+        if self.alive and self.process.ref.state() in ("T", "t"):
+            self.unresponsive("it is stopped")
         if self.alive:
-            with contextlib.suppress(OSError):
+            with trio.move_on_after(self.timeout), contextlib.suppress(OSError):
                 await self._send({"op": "close"}, [])
         with trio.move_on_after(bound):
             await self.process.wait()
-        if self.process.returncode is None:
+        if not self.process.done:
             logger.error("keeper pid %d did not exit within %.1fs; killing it", self.pid, bound)
             await self.kill()
         self._sock.close()

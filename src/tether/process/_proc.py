@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import fcntl
 import functools
 import logging
 import os
 import signal
+import struct
 import sys
 
 import attrs
@@ -32,6 +34,8 @@ class Stat:
     session: int
     start: int
     """Start time in clock ticks after boot: with the pid, the process's identity."""
+    exit_code: int | None = None
+    """A zombie's wait status, as ``waitpid`` would give it (``None`` where unreadable)."""
 
 
 def read_stat(pid: int) -> Stat | None:
@@ -45,6 +49,7 @@ def read_stat(pid: int) -> Stat | None:
         pgrp=int(fields[2]),
         session=int(fields[3]),
         start=int(fields[19]),
+        exit_code=int(fields[49]) if len(fields) > 49 else None,
     )
 
 
@@ -93,6 +98,28 @@ def pidfd_open(pid: int) -> int | None:
         if isinstance(exc, ProcessLookupError):
             raise
         return None  # ENOSYS and friends: an old kernel
+
+
+_PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
+"""``_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)`` with the first 64 bytes of the struct,
+which end with ``exit_code`` (``PIDFD_INFO_SIZE_VER0``)."""
+_PIDFD_INFO_EXIT = 1 << 3
+_INFO = struct.Struct("=Q52xi")
+"""``mask`` at offset 0 and ``exit_code`` at offset 60."""
+
+
+def pidfd_exit_status(pidfd: int) -> int | None:
+    """The wait status of the process ``pidfd`` refers to, once it has exited and someone,
+    anyone, has reaped it (Linux 6.15 and later: ``PIDFD_INFO_EXIT``); ``None`` while it has
+    not, or where the kernel cannot tell."""
+    buffer = bytearray(_INFO.size)
+    _INFO.pack_into(buffer, 0, _PIDFD_INFO_EXIT, 0)
+    try:
+        fcntl.ioctl(pidfd, _PIDFD_GET_INFO, buffer)
+    except OSError:  # ENOTTY or EINVAL before 6.15, ESRCH once reaped without a record
+        return None
+    mask, status = _INFO.unpack(buffer)
+    return status if mask & _PIDFD_INFO_EXIT else None
 
 
 def pidfd_send_signal(pidfd: int, sig: int) -> None:

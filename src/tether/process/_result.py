@@ -46,7 +46,8 @@ class RunResult:
 
     argv: tuple[str, ...]
     returncode: int | None
-    """The exit status (``-signo`` if a signal ended it); ``None`` only if even SIGKILL failed."""
+    """The exit status (``-signo`` if a signal ended it); ``None`` if it was lost
+    (``status_lost``) or even SIGKILL failed."""
     stdout: bytes
     stderr: bytes
     timed_out: bool
@@ -61,10 +62,13 @@ class RunResult:
     timeout: float | None = None
     dropped: int = 0
     """Bytes read past ``max_output`` and not kept (both streams together)."""
+    status_lost: bool = False
+    """The tool exited but its status could not be had (its keeper was killed and the kernel
+    could not tell): not a success."""
 
     @property
     def failed(self) -> bool:
-        """A non-zero exit, a timeout or a stall."""
+        """A non-zero exit, a lost status, a timeout or a stall."""
         return self.timed_out or self.stalled or self.returncode != 0
 
     def reason(self) -> str:
@@ -76,6 +80,8 @@ class RunResult:
                 f"stalled after {self.max_silence:.0f} s without progress"
                 f" (threshold {self.stall_after:g} s)"
             )
+        if self.status_lost:
+            return "its exit status was lost with the group's keeper"
         return f"exited {self.returncode}"
 
 

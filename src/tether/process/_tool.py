@@ -123,7 +123,7 @@ class _Run:
 
     def _roots(self) -> set[int]:
         roots = self.orphans.of(self.group.reaper_pid)
-        if self.child.returncode is None:
+        if not self.child.done:
             roots.add(self.child.pid)
         return roots
 
@@ -145,10 +145,12 @@ class _Run:
                 for stream, buffer in pipes:
                     nursery.start_soon(self._drain, stream, buffer, len(pipes))
                 await self._watch(deadline)
-                if self.child.returncode is None:
+                if not self.child.exited:
                     self.timed_out = True
                     logger.warning("tool %s timed out; stopping it", self.child.name)
                     await self._stop()
+                elif not self.child.done:
+                    await self.child.wait()  # it exited; its status is bounded (Child.wait)
                 await self._linger(min(linger, max(0.0, deadline - trio.current_time())))
                 if not self.drains_done.is_set() or self.child.stdin is not None:
                     nursery.cancel_scope.cancel()
@@ -159,6 +161,7 @@ class _Run:
         return RunResult(
             argv=self.child.argv,
             returncode=self.child.returncode,
+            status_lost=self.child.status_lost,
             stdout=bytes(self.out),
             stderr=bytes(self.err),
             timed_out=self.timed_out,
@@ -222,11 +225,11 @@ class _Run:
         poll = min(1.0, max(0.05, self.threshold / 10))
         announced = False
         first = True
-        while self.child.returncode is None:
+        while not self.child.done:
             # The first look comes soon, so the next one can already see a change.
             with trio.move_on_at(min(deadline, trio.current_time() + (0.05 if first else poll))):
                 await self.child.wait()
-            if self.child.returncode is not None or trio.current_time() >= deadline:
+            if self.child.done or trio.current_time() >= deadline:
                 return
             first = False
             if self.progress.sample():
