@@ -1,15 +1,18 @@
 """``adopt_all``: a restarted daemon takes back the harnesses its store records, by identity.
 
 A recorded harness is adopted only if the very same process still runs (same boot, pid and
-creation time, not a zombie) and, on a shared store, if the session is still this host's; it
-then has ``patience`` to reconnect. One found dead is reaped if it is ours and what it left is
-swept. A session another host wrote last is shown ``elsewhere``.
+creation time, not a zombie), was started for this very store (its ``TETHER_STORE_ID``: a
+daemon on a copy of the store must not take, judge and kill the original's harnesses) and, on
+a shared store, if the session is still this host's; it then has ``patience`` to reconnect.
+One found dead is reaped if it is ours and what it left is swept. A session another host
+wrote last is shown ``elsewhere``.
 """
 
 from __future__ import annotations
 
 from ..epochs import EpochStore, SessionRecord
 from ..process import ProcessRef, reap
+from ..process._table import marks
 from ._awake import AwakeClock
 from ._events import EventKind
 from ._guard import Tasks
@@ -60,6 +63,12 @@ async def adopt_all(
             detail = f"pid {record.pid} is gone (found dead after a restart)"
             sessions.emit(session, EventKind.EXITED, epoch=record.epoch, detail=detail)
             continue
+        owner = _store_of(ref)
+        if owner != harnesses.store_id:
+            session.become(recorded if recorded.settled else SessionState.DEAD)
+            detail = f"pid {record.pid} runs for another store ({owner or 'unmarked'}): left alone"
+            sessions.emit(session, EventKind.EXITED, epoch=record.epoch, detail=detail)
+            continue
         harness = Harness(ref, record.epoch, None, since=clock.now())
         if not await lease.claim(name, record.epoch):
             sessions.emit(session, EventKind.SUPERSEDED, harness, "another host took it over")
@@ -79,3 +88,9 @@ def _find(record: SessionRecord) -> ProcessRef | None:
     assert record.pid is not None
     assert record.create_time is not None
     return ProcessRef.find(record.pid, record.create_time, record.boot_id)
+
+
+def _store_of(ref: ProcessRef) -> str | None:
+    """The store a harness was started for (``TETHER_STORE_ID`` in its environment)."""
+    mark = marks(ref.pid)
+    return None if mark is None else mark.store

@@ -12,6 +12,7 @@ measured whatever the daemon was doing when it came (a watchdog busy pinging wou
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -23,24 +24,41 @@ NOISE = 0.01
 
 class AwakeClock:
     """Seconds the daemon was there to listen: ``trio.current_time()`` less every lateness of
-    the keeper's wake-ups beyond ``NOISE``."""
+    the keeper's wake-ups beyond ``NOISE``.
+
+    A lateness counts from the moment it passes ``NOISE``, not from when the keeper gets to
+    run: after a stop, whichever task runs first (a judge whose window just expired, say)
+    already reads the clock without the stop in it. So awake time stands still while the
+    daemon is away, and never goes back.
+    """
 
     def __init__(self) -> None:
-        self.lag = 0.0
-        """Seconds of lateness counted so far."""
+        self._counted = 0.0
+        self._due: float | None = None
+        """When the keeper means to wake next (trio time), while it waits."""
         self.worst = 0.0
         """The largest single lateness seen (for logs and benchmarks)."""
 
+    @property
+    def lag(self) -> float:
+        """Seconds of lateness so far, the one under way included."""
+        return self._counted + self._pending(trio.current_time())
+
     def now(self) -> float:
         """The current awake time (comparable only with other readings of this clock)."""
-        return trio.current_time() - self.lag
+        now = trio.current_time()
+        return now - self._counted - self._pending(now)
+
+    def _pending(self, now: float) -> float:
+        return 0.0 if self._due is None else max(0.0, now - self._due - NOISE)
 
     def woke(self, due: float) -> float:
         """The keeper meant to wake at ``due`` (trio time) and runs now: count how late it is;
-        that lateness."""
+        that lateness (0 within ``NOISE``)."""
         late = trio.current_time() - due
+        self._due = None
         if late > NOISE:
-            self.lag += late
+            self._counted += late - NOISE
             self.worst = max(self.worst, late)
             return late
         return 0.0
@@ -48,14 +66,25 @@ class AwakeClock:
     async def keep(self, period: float, warn_after: float) -> None:
         """Wake every ``period`` seconds and count how late each wake-up is, until cancelled;
         a lateness over ``warn_after`` is logged."""
-        due = trio.current_time() + period
         while True:
-            await trio.sleep_until(due)
-            late = self.woke(due)
+            due = self._due = trio.current_time() + period
+            try:
+                await trio.sleep_until(due)
+            finally:
+                late = self.woke(due)
             if late > warn_after:
                 logger.warning(
                     "agentd ran %.1fs late (stopped, or starved of CPU); harnesses are not"
                     " blamed for it",
                     late,
                 )
-            due = trio.current_time() + period
+
+    async def within(self, window: float, fn: Callable[[], Awaitable[bool]]) -> bool:
+        """``await fn()`` for at most ``window`` seconds of awake time (a window the daemon
+        was stopped in is stretched by the stop); ``False`` if it did not finish. Restarts
+        ``fn`` after a stop, so ``fn`` must be safe to cancel and call again."""
+        deadline = self.now() + window
+        while (remaining := deadline - self.now()) > 0:
+            with trio.move_on_after(remaining):
+                return await fn()
+        return False

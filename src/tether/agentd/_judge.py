@@ -1,9 +1,10 @@
 """``Judge``: whether a harness's loop still answers, on evidence the daemon was not the late
 one (ADR 0020).
 
-Silence is measured on the daemon's awake clock. A harness is given a window to answer a
-ping; a window during which the daemon itself ran late is given again, twice at most, and a
-harness that is runnable but starved of CPU (``/proc`` state ``R``) gets one more ``patience``.
+Silence is measured on the daemon's awake clock, and so is the window a harness is given to
+answer a ping: a window during which the daemon itself was stopped or ran late is stretched
+by that time, whichever task noticed the stop first. A harness that is runnable but starved
+of CPU (``/proc`` state ``R``) gets one more ``patience``.
 """
 
 from __future__ import annotations
@@ -45,22 +46,18 @@ class Judge:
         return await self.answers(harness, window)
 
     async def answers(self, harness: Harness, window: float) -> bool:
-        """Whether its loop answers a ping within ``window``, with the second chances the
-        module describes. Bounded by ``3 * window + patience``."""
-        for _ in range(3):
-            lag = self.clock.lag
-            with trio.move_on_after(window):
-                return await self._ping_until_answered(harness)
-            if self.clock.lag - lag < window / 2:
-                break
+        """Whether its loop answers a ping within ``window`` seconds of awake time, with the
+        second chance the module describes. Bounded by ``window + patience`` of awake time."""
+        if await self.clock.within(window, lambda: self._ping_until_answered(harness)):
+            return True
         if harness.ref.state() == "R":
             logger.info(
                 "harness pid %d is runnable but silent: giving it %.1fs more",
                 harness.ref.pid,
                 self.settings.patience,
             )
-            with trio.move_on_after(self.settings.patience):
-                return await self._ping_until_answered(harness)
+            patience = self.settings.patience
+            return await self.clock.within(patience, lambda: self._ping_until_answered(harness))
         return False
 
     async def _ping_until_answered(self, harness: Harness) -> bool:

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from .. import _aio
 from .._batch import GroupCommit
-from .._sqlite import SqliteFile, immediate
+from .._sqlite import Database, SqliteFile, immediate
 from ._inline import BUMP, InlineBumps
 from ._store import (
     FencedStore,
@@ -76,10 +76,22 @@ CREATE TABLE IF NOT EXISTS outbox (
 _FIELDS = ("pid", "create_time", "boot_id", "state", "restarts", "reason", "host")
 
 
+_INDEXES = {
+    "outbox_pending": "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq)"
+    " WHERE outcome IS NULL",
+    "outbox_settled": "CREATE INDEX IF NOT EXISTS outbox_settled ON outbox (settled_at)"
+    " WHERE settled_at IS NOT NULL",
+}
+
+
 def _upgrade(db: sqlite3.Connection) -> None:
     """Bring a file written by an earlier version up to date: records name their host;
     settled prompts say when (so they can be pruned), and both queues are indexed. One
-    transaction, so two processes opening an old file at once do not both alter it."""
+    transaction, so two processes opening an old file at once do not both alter it, and
+    only when something is missing: opening an up-to-date file takes no write lock, so a
+    restarting daemon is not held up by another process's long write (issue 26)."""
+    if _up_to_date(db):
+        return
     with immediate(db):
         if "host" not in _columns(db, "records"):
             db.execute("ALTER TABLE records ADD COLUMN host TEXT")
@@ -88,13 +100,17 @@ def _upgrade(db: sqlite3.Connection) -> None:
         if "settled_at" not in _columns(db, "outbox"):
             db.execute("ALTER TABLE outbox ADD COLUMN settled_at REAL")
             db.execute("UPDATE outbox SET settled_at = ? WHERE outcome IS NOT NULL", (time.time(),))
-        db.execute(
-            "CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE outcome IS NULL"
-        )
-        db.execute(
-            "CREATE INDEX IF NOT EXISTS outbox_settled ON outbox (settled_at)"
-            " WHERE settled_at IS NOT NULL"
-        )
+        for create in _INDEXES.values():
+            db.execute(create)
+
+
+def _up_to_date(db: sqlite3.Connection) -> bool:
+    indexes = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    return (
+        {"host", "extra"} <= _columns(db, "records")
+        and "settled_at" in _columns(db, "outbox")
+        and set(_INDEXES) <= indexes
+    )
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
@@ -129,6 +145,12 @@ class SqliteEpochStore(SqliteFile, FencedStore):
         keep_settled: float = 86_400.0,
     ) -> None:
         super().__init__(path, busy_timeout=busy_timeout, upgrade=_upgrade)
+        self._reads = Database(
+            path, _SCHEMA, name=f"{self.KIND} reads {path}", busy_timeout=busy_timeout,
+            upgrade=_upgrade,
+        )  # fmt: skip
+        """Reads on a connection and a thread of their own: in WAL mode they never wait for
+        a lock, so a write queued behind another process's lock never holds up a read."""
         self.keep_settled = keep_settled
         self._identity: str | None = None
         self._bumps: GroupCommit[str, int] = GroupCommit(self._bump_all)
@@ -138,6 +160,12 @@ class SqliteEpochStore(SqliteFile, FencedStore):
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
             return await self._database.run(fn)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(os.fspath(self.path), f"{type(exc).__name__}: {exc}") from exc
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return await self._reads.run(fn)
         except sqlite3.Error as exc:
             raise StoreUnavailable(os.fspath(self.path), f"{type(exc).__name__}: {exc}") from exc
 
@@ -188,11 +216,12 @@ class SqliteEpochStore(SqliteFile, FencedStore):
         """Close both connections and stop the worker thread; they come back if used again."""
         await self._close_inline()
         self._inline_tried = False
+        await self._reads.aclose()
         await super().aclose()
 
     async def current(self, session: str) -> int | None:
         """The latest epoch issued for ``session``, or ``None``."""
-        return await self._run(lambda db: _current(db, session))
+        return await self._read(lambda db: _current(db, session))
 
     async def record(self, session: str) -> SessionRecord | None:
         """The record last saved for ``session``, or ``None``."""
@@ -208,7 +237,7 @@ class SqliteEpochStore(SqliteFile, FencedStore):
             values.update(json.loads(row[1]) if row[1] else {})
             return SessionRecord.from_dict({**values, "epoch": row[0]})
 
-        return await self._run(read)
+        return await self._read(read)
 
     async def save(self, session: str, record: SessionRecord, *, epoch: int) -> None:
         """Store ``record`` for ``session`` as written by the holder of ``epoch``.
@@ -235,7 +264,7 @@ class SqliteEpochStore(SqliteFile, FencedStore):
 
     async def sessions(self) -> list[str]:
         """Every session with a saved record, sorted."""
-        rows = await self._run(
+        rows = await self._read(
             lambda db: db.execute("SELECT session FROM records ORDER BY session").fetchall()
         )
         return [str(row[0]) for row in rows]
@@ -279,7 +308,7 @@ class SqliteEpochStore(SqliteFile, FencedStore):
 
     async def pending(self) -> list[QueuedPrompt]:
         """Every queued prompt without an outcome, oldest first."""
-        rows = await self._run(
+        rows = await self._read(
             lambda db: db.execute(
                 "SELECT session, id, text, meta, attempts FROM outbox"
                 " WHERE outcome IS NULL ORDER BY seq"
@@ -291,18 +320,30 @@ class SqliteEpochStore(SqliteFile, FencedStore):
         ]
 
     async def identity(self) -> str:
-        """The store's id, generated on first use and kept in the file."""
+        """The store's id: one generated on first use and kept in the file, and the file's
+        own identity (device and inode). A copy of the file is another store: a daemon
+        started on it adopts and sweeps none of the original's harnesses (issue 26)."""
 
-        def identity(db: sqlite3.Connection) -> str:
+        def stored(db: sqlite3.Connection) -> str | None:
+            row = db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+            return None if row is None else str(row[0])
+
+        def create(db: sqlite3.Connection) -> str:
             db.execute(
                 "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?)",
                 (uuid.uuid4().hex[:16],),
             )
-            (value,) = db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
-            return str(value)
+            value = stored(db)
+            assert value is not None
+            return value
 
         if self._identity is None:
-            self._identity = await self._run(identity)
+            value = await self._read(stored) or await self._run(create)
+            try:
+                info = os.stat(self.path)
+            except OSError as exc:
+                raise StoreUnavailable(os.fspath(self.path), str(exc)) from exc
+            self._identity = f"{value}-{info.st_dev:x}-{info.st_ino:x}"
         return self._identity
 
     @contextlib.asynccontextmanager

@@ -1,0 +1,152 @@
+"""Issue 26: the faults next to the ones agentd was built for. Each test fails on d9d15f5 (the
+store, the daemon's socket and its feeds under a neighbouring fault) and passes now, on real
+daemons, harnesses and SQLite files."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from helpers import (
+    agentd_events,
+    kill_marked,
+    marked,
+    python,
+    reap_zombie_children,
+    unique_session,
+    wait_until,
+)
+from test_agentd_faults import TETHER, cli_daemon, tether_cmd
+
+# Holds the write lock of the SQLite file argv[1] (a writer mid-transaction: a backup, a
+# sqlite3 shell) until its stdin closes; says "locked" once it holds it.
+LOCKER = """
+    import sqlite3, sys
+    db = sqlite3.connect(sys.argv[1], isolation_level=None)
+    db.execute("BEGIN EXCLUSIVE")
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('locker', 'x')")
+    print("locked", flush=True)
+    sys.stdin.read()
+    db.execute("ROLLBACK")
+"""
+
+
+class Locker:
+    """Another process holding the store's write lock until ``release``."""
+
+    def __init__(self, path: Path) -> None:
+        self.process = subprocess.Popen(
+            python(LOCKER, str(path)), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.process.stdout is not None
+        assert self.process.stdout.readline() == "locked\n"
+
+    def release(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def rows(directory: Path) -> list[tuple[str, int | None]]:
+    done = subprocess.run(
+        [*TETHER, "ps", "--json", "--socket", str(directory / "agentd.sock")],
+        capture_output=True,
+        timeout=30,
+        check=True,
+    )
+    return [(r["state"], r["pid"]) for r in json.loads(done.stdout)["sessions"]]
+
+
+async def test_row_5_a_daemon_restarting_on_a_locked_store_keeps_its_harnesses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon is SIGKILLed and restarted while another process holds the store's write
+    lock for longer than a harness waits for its daemon: the new daemon listens, and the
+    harness, reconnected, lives on (0 of 4 survived on d9d15f5)."""
+    tmp_path.chmod(0o700)
+    session = unique_session()
+    monkeypatch.setenv("TETHER_RECONNECT_FOR", "2")  # the daemon passes it to its harnesses
+    try:
+        async with cli_daemon(tmp_path) as first:
+            started = json.loads(await tether_cmd(tmp_path, "start", session))
+            first.kill()
+        locker = Locker(tmp_path / "epochs.sqlite3")
+        try:
+            async with cli_daemon(tmp_path):
+                await trio.sleep(4.0)  # twice the harness's patience with its daemon
+                assert psutil.Process(started["pid"]).status() != psutil.STATUS_ZOMBIE
+                await wait_until(lambda: rows(tmp_path) == [("attached", started["pid"])])
+                locker.release()
+                answer = json.loads(await tether_cmd(tmp_path, "start", session))
+                assert (answer["how"], answer["pid"]) == ("reattached", started["pid"])
+        finally:
+            locker.release()
+    finally:
+        kill_marked(session)
+        # The first daemon's harness was orphaned to this test process (a subreaper).
+        await wait_until(lambda: marked(session) == [])
+        await wait_until(reap_zombie_children)
+
+
+async def test_row_12_reads_and_reattach_never_wait_behind_a_locked_write(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the write lock: ``start`` of a healthy attached session and
+    ``ps`` answer at once, while a start that must write (a new session) waits its turn."""
+    tmp_path.chmod(0o700)
+    session, other = unique_session(), unique_session()
+    try:
+        async with cli_daemon(tmp_path):
+            started = json.loads(await tether_cmd(tmp_path, "start", session))
+            locker = Locker(tmp_path / "epochs.sqlite3")
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(tether_cmd, tmp_path, "start", other)  # must write
+                    await trio.sleep(0.5)
+                    with trio.fail_after(5):  # the busy timeout is 30 s
+                        answer = json.loads(await tether_cmd(tmp_path, "start", session))
+                        assert (answer["how"], answer["pid"]) == ("reattached", started["pid"])
+                        assert ("attached", started["pid"]) in rows(tmp_path)
+                    locker.release()
+            finally:
+                locker.release()
+    finally:
+        kill_marked(session)
+        kill_marked(other)
+
+
+async def test_row_6_a_daemon_on_a_copy_of_the_store_leaves_the_original_s_harnesses(
+    tmp_path: Path,
+) -> None:
+    """A second daemon is started on a copy of a live daemon's store: it does not adopt the
+    original's harness (the copy is another store), so it never judges or kills it."""
+    original, copy = tmp_path / "a", tmp_path / "b"
+    for directory in (original, copy):
+        directory.mkdir(mode=0o700)
+    session = unique_session()
+    try:
+        async with cli_daemon(original):
+            started = json.loads(await tether_cmd(original, "start", session))
+            source = sqlite3.connect(original / "epochs.sqlite3")
+            target = sqlite3.connect(copy / "epochs.sqlite3")
+            source.backup(target)
+            source.close()
+            target.close()
+            async with cli_daemon(copy):
+                await trio.sleep(1.5)  # past the copy's patience (3 heartbeats of 0.2 s)
+                kinds = [r["kind"] for r in agentd_events(copy, session)]
+                assert "phantom" not in kinds
+                assert "adopted" not in kinds
+                assert rows(copy) == [("dead", None)]
+            assert rows(original) == [("attached", started["pid"])]
+            assert psutil.Process(started["pid"]).status() != psutil.STATUS_ZOMBIE
+    finally:
+        kill_marked(session)
