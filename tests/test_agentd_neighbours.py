@@ -5,8 +5,12 @@ daemons, harnesses and SQLite files."""
 from __future__ import annotations
 
 import json
+import resource
+import socket
 import sqlite3
+import struct
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -150,3 +154,72 @@ async def test_row_6_a_daemon_on_a_copy_of_the_store_leaves_the_original_s_harne
             assert psutil.Process(started["pid"]).status() != psutil.STATUS_ZOMBIE
     finally:
         kill_marked(session)
+
+
+def _flood(socket_path: str, count: int, seconds: float) -> list[socket.socket]:
+    """``count`` connections, each sending a header for a 1 MiB frame and as much of its
+    body as the daemon takes in ``seconds`` (never the last byte)."""
+    body = struct.pack(">I", 1 << 20) + b"x" * ((1 << 20) - 1)
+    conns = []
+    for _ in range(count):
+        conn = socket.socket(socket.AF_UNIX)
+        conn.connect(socket_path)
+        conn.setblocking(False)
+        conns.append(conn)
+    sent = [0] * count
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for i, conn in enumerate(conns):
+            try:
+                sent[i] += conn.send(body[sent[i] : sent[i] + 65536])
+            except BlockingIOError:
+                continue
+        time.sleep(0.01)
+    return conns
+
+
+async def test_row_7_half_written_frames_hold_a_bounded_share_of_memory(tmp_path: Path) -> None:
+    """400 connections each push all but the last byte of a 1 MiB frame: the daemon holds at
+    most its frame budget of them (16 MiB, 4 KiB a connection beyond it), not 400 MiB, and
+    gives it back once they are closed (their frames time out)."""
+    tmp_path.chmod(0o700)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    count = min(400, (hard - 200) // 2)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        async with cli_daemon(tmp_path) as process:
+            daemon = psutil.Process(process.pid)
+            idle = daemon.memory_info().rss
+            conns = await trio.to_thread.run_sync(
+                _flood, str(tmp_path / "agentd.sock"), count, 3.0
+            )
+            try:
+                grown = (daemon.memory_info().rss - idle) / 2**20
+                assert grown < 16 + count * 4 / 1024 + 20, f"{grown:.0f} MiB for {count}"
+                assert rows(tmp_path) == []  # and it serves meanwhile
+            finally:
+                for conn in conns:
+                    conn.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_row_11_accept_short_of_descriptors_logs_once_per_burst(tmp_path: Path) -> None:
+    """300 connections on a daemon limited to 128 descriptors: accept fails with EMFILE for a
+    while; the log says so as the burst begins and as it ends, with no traceback."""
+    tmp_path.chmod(0o700)
+    async with cli_daemon(tmp_path, fd_limit=128):
+        flood = []
+        for _ in range(300):
+            try:
+                flood.append(await trio.open_unix_socket(str(tmp_path / "agentd.sock")))
+            except OSError:
+                break
+        await trio.sleep(1.0)  # ten retries of accept
+        for stream in flood:
+            await stream.aclose()
+        await wait_until(lambda: rows(tmp_path) == [], timeout=30)
+    log = (tmp_path / "agentd.log").read_text()
+    assert "Traceback" not in log
+    assert 1 <= log.count("cannot accept connections now (Too many open files)") <= 3
+    assert log.count("accepting connections again") >= 1

@@ -34,6 +34,7 @@ from tether.wire import (
     UnsafeSocketPath,
     Welcome,
 )
+from tether.wire._budget import FRAME_TIMEOUT, FREE, FrameBudget
 from tether.wire._codec import ping_frame
 
 # --- the codec -------------------------------------------------------------------------------
@@ -249,6 +250,54 @@ async def test_an_oversized_header_and_a_cut_frame_are_protocol_errors() -> None
             reply = await client.receive()
             assert isinstance(reply, Error)
             assert "cut mid-frame" in reply.reason
+
+
+async def test_issue_26_a_frame_never_finished_is_refused_after_its_timeout(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """Half a frame, then silence: the server refuses it once ``FRAME_TIMEOUT`` passes from
+    its first byte, and what it held of the frame budget is given back."""
+    mock_clock.autojump_threshold = 0
+    budgets: list[FrameBudget] = []
+
+    async def receive(connection: Connection) -> None:
+        assert connection._budget is not None
+        budgets.append(connection._budget)
+        await connection.receive()
+
+    async with server(receive) as (path, _), await wire.connect(path) as client:
+        await client._stream.send_all(struct.pack(">I", 100_000) + b"x" * 50_000)
+        started = trio.current_time()
+        reply = await client.receive()
+        assert isinstance(reply, Error)
+        assert "not finished within 10s (50004 of 100004 bytes)" in reply.reason
+        assert trio.current_time() - started == pytest.approx(FRAME_TIMEOUT, abs=0.5)
+        with pytest.raises(ChannelClosed):
+            await client.receive()
+    assert [budget.held for budget in budgets] == [0]
+
+
+async def test_issue_26_half_written_frames_share_one_budget() -> None:
+    """Beyond ``FREE`` bytes each, connections read only while the server's budget has
+    room; a small frame always gets through, and a whole frame gives its share back."""
+    budget = FrameBudget(limit=100_000)
+    assert await budget.reserve(0, 10) == FREE  # a small read is never refused
+    budget.adjust(-FREE)
+    assert await budget.reserve(FREE, 65_536) == 65_536
+    assert await budget.reserve(FREE, 65_536) == 100_000 - 65_536
+    assert await budget.reserve(0, 65_536) == FREE  # over the limit, but small
+    waiting: list[int] = []
+
+    async def blocked() -> None:
+        waiting.append(await budget.reserve(FREE, 1000))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(blocked)
+        await trio.testing.wait_all_tasks_blocked()
+        assert waiting == []
+        budget.adjust(-65_536 - FREE)
+        await trio.testing.wait_all_tasks_blocked()
+    assert waiting == [1000]
 
 
 async def test_the_client_side_reports_a_cut_frame_and_a_clean_close() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import sys
 import time
@@ -65,3 +66,39 @@ def write_all(fd: int, data: bytes, offset: int) -> None:
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
+
+
+class Throttle:
+    """Say a repeated complaint once per ``every`` seconds on ``logger``, with how many were
+    held back: a flood of one fault (a descriptor limit, hostile peers) is one line a minute,
+    not a log that fills the disk."""
+
+    def __init__(self, logger: logging.Logger, every: float = 60.0) -> None:
+        self.logger = logger
+        self.every = every
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warn(self, key: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last.get(key, -self.every) < self.every:
+            self._held[key] = self._held.get(key, 0) + 1
+            return
+        held = self._held.pop(key, 0)
+        self._last[key] = now
+        suffix = f" ({held} more like it in the last {self.every:g}s)" if held else ""
+        self.logger.warning(message + suffix, *args)
+
+
+def trim_heap() -> bool:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``): after a
+    burst of connections, what they freed is otherwise kept by the allocator for good.
+    Whether it could (elsewhere than glibc it does nothing)."""
+    import ctypes  # 2 ms of imports: not at start-up
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True

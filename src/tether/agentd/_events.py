@@ -18,8 +18,8 @@ from typing import IO, Any
 import attrs
 import trio
 
+from .._util import Throttle
 from ..channels import Receiver, Sender, SendError, channel
-from ._guard import Throttle
 
 logger = logging.getLogger("tether.agentd")
 
@@ -140,7 +140,7 @@ class EventLog:
         """Stamped on every event."""
         self._file: IO[str] | None = None
         self._subscribers: list[Sender[AgentEvent]] = []
-        self._throttle = Throttle()
+        self._throttle = Throttle(logger)
         if path is not None:
             self.open(path)
 

@@ -1,4 +1,4 @@
-"""``Tasks``, ``guarded`` and ``Throttle``: nothing a session's task meets may end the daemon.
+"""``Tasks`` and ``guarded``: nothing a session's task meets may end the daemon.
 
 Every task the daemon starts for one session (watching an exit, retiring a harness, judging
 a phantom, redelivering a prompt) runs inside ``guarded``: an exception is logged with its
@@ -10,7 +10,6 @@ every harness down with the daemon. Cancellation passes through untouched.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -51,22 +50,3 @@ class Tasks:
         self.check()
         assert self.nursery is not None
         self.nursery.start_soon(guarded, name, fn, *args, name=name)
-
-
-class Throttle:
-    """Say a repeated complaint once per ``every`` seconds, with how many were held back."""
-
-    def __init__(self, every: float = 60.0) -> None:
-        self.every = every
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-
-    def warn(self, key: str, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._last.get(key, -self.every) < self.every:
-            self._held[key] = self._held.get(key, 0) + 1
-            return
-        held = self._held.pop(key, 0)
-        self._last[key] = now
-        suffix = f" ({held} more like it in the last {self.every:g}s)" if held else ""
-        logger.warning(message + suffix, *args)

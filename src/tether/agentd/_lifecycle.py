@@ -16,6 +16,7 @@ import attrs
 import psutil
 import trio
 
+from .._util import Throttle
 from ..process import (
     Child,
     SpawnError,
@@ -30,7 +31,7 @@ from ..process._table import STORE_VAR
 from ..wire import Superseded
 from ._awake import AwakeClock
 from ._events import EventKind
-from ._guard import Tasks, Throttle
+from ._guard import Tasks
 from ._model import Harness, Session
 from ._outcomes import Attached, How, StartFailed
 from ._records import Records
@@ -59,7 +60,7 @@ class Harnesses:
             lambda self: trio.CapacityLimiter(self.settings.spawn_limit), takes_self=True
         ),
     )
-    _throttle: Throttle = attrs.field(factory=Throttle, init=False)
+    _throttle: Throttle = attrs.field(factory=lambda: Throttle(logger), init=False)
 
     async def spawn(self, session: Session, how: How, epoch: int) -> Attached:
         """Start a harness of ``epoch`` for ``session`` when a spawn's turn comes, and wait

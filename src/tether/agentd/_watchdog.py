@@ -16,10 +16,11 @@ import logging
 import attrs
 import trio
 
+from .._util import Throttle
 from ..process import reap_orphans
 from ._awake import AwakeClock
 from ._events import EventKind
-from ._guard import Tasks, Throttle
+from ._guard import Tasks
 from ._judge import Judge
 from ._lease import HostLease
 from ._lifecycle import Harnesses
@@ -46,7 +47,7 @@ class Watchdog:
     lease: HostLease
     tasks: Tasks
     stalls: Stalls
-    _throttle: Throttle = attrs.field(factory=Throttle, init=False)
+    _throttle: Throttle = attrs.field(factory=lambda: Throttle(logger), init=False)
 
     async def run(self) -> None:
         """Tick until cancelled; a tick that fails is logged and the next one follows."""

@@ -1,9 +1,15 @@
-"""``Connection``: framed messages over one Unix stream socket, and who is at the other end."""
+"""``Connection``: framed messages over one Unix stream socket, and who is at the other end.
+
+On a server's side a connection counts the bytes of its unfinished frame against the
+server's ``FrameBudget`` and must finish each frame within ``FRAME_TIMEOUT``, so no peer
+holds the server's memory for long (``_budget``); its buffer is let go after a large frame.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import socket
 import struct
@@ -14,6 +20,7 @@ import trio
 
 from .._util import NoPublicConstructor
 from ..channels import ChannelClosed
+from ._budget import FRAME_TIMEOUT, FrameBudget
 from ._codec import HEADER, ProtocolError, decode, encode, frame_length
 from ._messages import Error, Message
 
@@ -46,11 +53,17 @@ class Connection(metaclass=NoPublicConstructor):
     and the daemon's per-connection handler are each one task.
     """
 
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.SocketStream, budget: FrameBudget | None = None) -> None:
         self._stream = stream
         self._buffer = bytearray()
         self._drained = False
         """The last read left the socket empty: the next one waits first."""
+        self._budget = budget
+        """The server's budget for unfinished frames (``None`` on a client's side)."""
+        self._held = 0
+        """Bytes of ``_buffer`` counted against the budget."""
+        self._frame_deadline = math.inf
+        """When the frame under way must be whole (a server's side only)."""
         self.peer = peer_of(stream.socket)
 
     def __repr__(self) -> str:
@@ -100,27 +113,62 @@ class Connection(metaclass=NoPublicConstructor):
         await self._buffered(end)
         body = bytes(self._buffer[HEADER.size : end])
         del self._buffer[:end]
+        if not self._buffer and end > _READ:
+            self._buffer = bytearray()  # give a large frame's memory back
+        self._frame_deadline = math.inf
+        self._account()
         return decode(body)
 
     async def _buffered(self, size: int) -> None:
         """Read until the buffer holds ``size`` bytes."""
-        buffer = self._buffer
-        while len(buffer) < size:
-            try:
-                chunk = await self._receive_some()
-            except (OSError, trio.ClosedResourceError) as exc:
-                chunk = b""
-                if not buffer:
-                    raise ChannelClosed(f"the peer (pid {self.peer.pid}) is gone: {exc}") from None
-            if not chunk:
-                if not buffer:
-                    raise ChannelClosed(f"the peer (pid {self.peer.pid}) closed the connection")
-                raise ProtocolError(f"connection cut mid-frame ({len(buffer)} of {size} bytes)")
-            buffer += chunk
+        while len(self._buffer) < size:
+            if self._budget is None:
+                await self._read_more(size, _READ)
+                continue
+            with trio.move_on_at(self._frame_deadline):
+                wanted = min(size - len(self._buffer), _READ)
+                granted = await self._budget.reserve(self._held, wanted)
+                self._held += granted
+                try:
+                    await self._read_more(size, granted)
+                finally:
+                    self._account()  # what the read did not use goes back
+                continue
+            raise ProtocolError(
+                f"a frame was not finished within {FRAME_TIMEOUT:g}s"
+                f" ({len(self._buffer)} of {size} bytes)"
+            )
 
-    async def _receive_some(self) -> bytes:
-        """What the socket holds (up to 64 KiB), waiting for it if it holds nothing; a
-        schedule point, as ``receive_some`` is, but one task switch per wake-up rather than
+    async def _read_more(self, size: int, limit: int) -> None:
+        buffer = self._buffer
+        try:
+            chunk = await self._receive_some(limit)
+        except (OSError, trio.ClosedResourceError) as exc:
+            chunk = b""
+            if not buffer:
+                raise ChannelClosed(f"the peer (pid {self.peer.pid}) is gone: {exc}") from None
+        if not chunk:
+            if not buffer:
+                raise ChannelClosed(f"the peer (pid {self.peer.pid}) closed the connection")
+            raise ProtocolError(f"connection cut mid-frame ({len(buffer)} of {size} bytes)")
+        buffer += chunk
+        self._account()
+
+    def _account(self) -> None:
+        """Count the buffer against the server's budget; a frame that starts gets its
+        deadline."""
+        if self._budget is None:
+            return
+        if not self._buffer:
+            self._frame_deadline = math.inf
+        elif self._frame_deadline == math.inf:
+            self._frame_deadline = trio.current_time() + FRAME_TIMEOUT
+        self._budget.adjust(len(self._buffer) - self._held)
+        self._held = len(self._buffer)
+
+    async def _receive_some(self, limit: int = _READ) -> bytes:
+        """What the socket holds (up to ``limit`` bytes), waiting for it if it holds nothing;
+        a schedule point, as ``receive_some`` is, but one task switch per wake-up rather than
         two (a daemon reads a thousand pongs a second this way).
 
         Raises:
@@ -138,13 +186,13 @@ class Connection(metaclass=NoPublicConstructor):
             await trio.lowlevel.checkpoint_if_cancelled()
         while True:
             try:
-                chunk = os.read(fd, _READ)
+                chunk = os.read(fd, limit)
             except BlockingIOError:
                 await trio.lowlevel.wait_readable(fd)
                 waited = True
             else:
                 break
-        self._drained = 0 < len(chunk) < _READ
+        self._drained = 0 < len(chunk) < limit
         if not waited:
             # It was ready at once: let the others run, without a cancellation that would
             # lose the bytes just read (it was checked before the read).
@@ -158,7 +206,9 @@ class Connection(metaclass=NoPublicConstructor):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the connection; idempotent."""
+        """Close the connection, and give back what it held of the budget; idempotent."""
+        self._buffer = bytearray()
+        self._account()
         await self._stream.aclose()
 
     async def __aenter__(self) -> Self:

@@ -14,12 +14,13 @@ import os
 import socket
 import stat
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import NoReturn
 
 import trio
 
+from .._util import Throttle, trim_heap
 from ..channels import ChannelClosed
+from ._budget import FrameBudget
 from ._codec import ProtocolError
 from ._connection import Connection
 
@@ -92,8 +93,9 @@ async def serve(
     """Listen on ``path`` and run ``handler(connection)`` for each peer of this uid, forever.
 
     ``task_status.started()`` is called once the socket accepts connections. When accepting
-    fails for want of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM), trio's listener logs it
-    and retries after 100 ms, so the server stays up. A handler that
+    fails for want of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM), it retries every 100 ms
+    and logs one line as the burst begins and one as it ends, so the server stays up. The
+    connections share one ``FrameBudget`` for their unfinished frames. A handler that
     raises ``ProtocolError`` gets its peer sent ``Error(reason)`` and its connection closed; a
     peer that disconnects (``ChannelClosed``) ends its handler quietly; any other exception is
     a bug and propagates. The socket file is removed when serving stops.
@@ -116,12 +118,11 @@ async def serve(
         raise
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(
-                trio.serve_listeners, partial(_handle, handler), [trio.SocketListener(sock)]
-            )
+            listener = trio.SocketListener(sock)
             task_status.started()
-            await trio.sleep_forever()
+            await _accept(listener, _Server(handler).handle, nursery)
     finally:
+        sock.close()
         try:
             if os.stat(path).st_ino == inode:
                 os.unlink(path)
@@ -129,24 +130,94 @@ async def serve(
             pass  # removed by someone else already
 
 
-async def _handle(handler: Handler, stream: trio.SocketStream) -> None:
-    connection = Connection._create(stream)
-    async with connection:
-        if connection.peer.uid != os.getuid():
-            logger.warning(
-                "refused a connection from uid %d (pid %d): only uid %d may connect",
-                connection.peer.uid,
-                connection.peer.pid,
-                os.getuid(),
-            )
-            return
+_SHORT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+ACCEPT_RETRY = 0.1
+"""Seconds between tries to accept while the process is short of descriptors or memory."""
+
+
+async def _accept(
+    listener: trio.SocketListener,
+    handle: Callable[[trio.SocketStream], Awaitable[object]],
+    nursery: trio.Nursery,
+) -> NoReturn:
+    """Accept connections forever, each handled in ``nursery``. Short of descriptors or
+    memory, it retries every ``ACCEPT_RETRY`` seconds and says so once per burst: one
+    warning when the burst begins, one line when it ends, with how long and how many tries
+    (a traceback on every try filled the log, issue 26)."""
+    short_since: float | None = None
+    tries = 0
+    while True:
         try:
-            await handler(connection)
-        except ProtocolError as exc:
-            logger.warning("closing the connection of pid %d: %s", connection.peer.pid, exc.reason)
-            await connection.refuse(exc)
-        except ChannelClosed:
-            logger.debug("pid %d went away", connection.peer.pid)
+            stream = await listener.accept()
+        except OSError as exc:
+            if exc.errno not in _SHORT_OF:
+                raise
+            if short_since is None:
+                short_since = trio.current_time()
+                logger.warning("cannot accept connections now (%s); retrying", exc.strerror)
+            tries += 1
+            await trio.sleep(ACCEPT_RETRY)
+            continue
+        if short_since is not None:
+            logger.warning(
+                "accepting connections again after %.1fs (%d tries)",
+                trio.current_time() - short_since,
+                tries,
+            )
+            short_since, tries = None, 0
+        nursery.start_soon(handle, stream)
+
+
+TRIM_AFTER = 256
+"""Connections closed since the heap was last trimmed that make it worth trimming again."""
+
+
+class _Server:
+    """What a server's connections share: the budget for unfinished frames, the refusal
+    log's throttle (a line a minute per peer pid), and a count of them, so the memory a
+    burst of connections freed is given back once the burst has passed."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.budget = FrameBudget()
+        self.refusals = Throttle(logger)
+        self.open = 0
+        self.closed = 0
+        """Connections closed since the last trim."""
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        self.open += 1
+        try:
+            await self._converse(Connection._create(stream, self.budget))
+        finally:
+            self.open -= 1
+            self.closed += 1
+            if self.closed >= TRIM_AFTER and self.open * 4 < self.closed:
+                self.closed = 0
+                trim_heap()
+
+    async def _converse(self, connection: Connection) -> None:
+        async with connection:
+            if connection.peer.uid != os.getuid():
+                logger.warning(
+                    "refused a connection from uid %d (pid %d): only uid %d may connect",
+                    connection.peer.uid,
+                    connection.peer.pid,
+                    os.getuid(),
+                )
+                return
+            try:
+                await self.handler(connection)
+            except ProtocolError as exc:
+                self.refusals.warn(
+                    str(connection.peer.pid),
+                    "closing the connection of pid %d: %s",
+                    connection.peer.pid,
+                    exc.reason,
+                )
+                await connection.refuse(exc)
+            except ChannelClosed:
+                logger.debug("pid %d went away", connection.peer.pid)
 
 
 async def connect(path: str | os.PathLike[str]) -> Connection:
