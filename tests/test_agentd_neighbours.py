@@ -5,6 +5,7 @@ daemons, harnesses and SQLite files."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import socket
 import sqlite3
@@ -223,3 +224,88 @@ async def test_row_11_accept_short_of_descriptors_logs_once_per_burst(tmp_path: 
     assert "Traceback" not in log
     assert 1 <= log.count("cannot accept connections now (Too many open files)") <= 3
     assert log.count("accepting connections again") >= 1
+
+
+async def tether_run(directory: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """A ``tether`` command against the daemon in ``directory``, however it ends."""
+    with trio.fail_after(30):
+        return await trio.run_process(
+            [*TETHER, args[0], "--socket", str(directory / "agentd.sock"), *args[1:]],
+            capture_stdout=True, capture_stderr=True, check=False,
+        )  # fmt: skip
+
+
+async def test_row_8_a_log_swapped_for_a_device_or_fifo_is_refused_not_read(
+    tmp_path: Path,
+) -> None:
+    """A tool replaces its session's log by a symlink to /dev/zero, then by a FIFO: ``tether
+    logs`` answers at once that it will not read it (66), and the daemon goes on serving."""
+    tmp_path.chmod(0o700)
+    session = unique_session()
+    try:
+        async with cli_daemon(tmp_path) as process:
+            await tether_cmd(tmp_path, "start", session)
+            log = tmp_path / session / "harness.log"
+            log.unlink()
+            log.symlink_to("/dev/zero")
+            done = await tether_run(tmp_path, "logs", session)
+            assert done.returncode == 66
+            assert b"is a symlink; not following it" in done.stderr
+            log.unlink()
+            os.mkfifo(log)
+            async with trio.open_nursery() as nursery:  # 41 of these hung for good
+                for _ in range(10):
+                    nursery.start_soon(tether_run, tmp_path, "logs", session)
+            done = await tether_run(tmp_path, "logs", session)
+            assert (done.returncode, b"(a FIFO)" in done.stderr) == (66, True)
+            assert [state for state, _ in rows(tmp_path)] == ["attached"]
+            assert psutil.Process(process.pid).memory_info().rss < 200 * 2**20
+    finally:
+        kill_marked(session)
+
+
+async def test_row_9_events_n_is_capped_and_read_from_the_end(tmp_path: Path) -> None:
+    """``tether events -n 100000000`` on a 20 MB event log: 10,000 events at most, the
+    newest, and the daemon's memory barely moves."""
+    tmp_path.chmod(0o700)
+    line = json.dumps({"kind": "spawned", "session": "old", "detail": "x" * 150}) + "\n"
+    rows_ = (line.replace('"x', f'"{n} x', 1) for n in range(100_000))
+    (tmp_path / "agentd.events.jsonl").write_text("".join(rows_))
+    async with cli_daemon(tmp_path) as process:
+        daemon = psutil.Process(process.pid)
+        before = daemon.memory_info().rss
+        done = await tether_run(tmp_path, "events", "-n", "100000000", "--json")
+        assert done.returncode == 0, done.stderr
+        shown = [json.loads(row) for row in done.stdout.splitlines()]
+        assert len(shown) == 10_000
+        assert shown[-1]["detail"].startswith("99999 x")
+        assert daemon.memory_info().rss - before < 100 * 2**20
+
+
+# argv[2] processes, each saying hello for a session nobody started (its own name), then
+# leaving: a short-lived pretender per session.
+PRETENDERS = """
+    import os, socket, struct, sys, time, json
+    for n in range(int(sys.argv[2])):
+        if os.fork() == 0:
+            body = json.dumps({"type": "hello", "session": f"bogus-{n}", "epoch": 1,
+                               "pid": os.getpid(), "create_time": time.time()}).encode()
+            conn = socket.socket(socket.AF_UNIX)
+            conn.connect(sys.argv[1])
+            conn.sendall(struct.pack(">I", len(body)) + body)
+            conn.recv(65536)
+            os._exit(0)
+        os.wait()
+"""
+
+
+async def test_row_10_a_refused_hello_creates_no_session(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    async with cli_daemon(tmp_path):
+        socket_path = str(tmp_path / "agentd.sock")
+        await trio.run_process(python(PRETENDERS, socket_path, "200"))
+        assert rows(tmp_path) == []
+        done = await tether_run(tmp_path, "send", "bogus-7", "hello")
+        assert (done.returncode, b"no such session" in done.stderr) == (69, True)
+    log = (tmp_path / "agentd.log").read_text()
+    assert log.count("refused a hello for unknown session") == 1  # once a minute

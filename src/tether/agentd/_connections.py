@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from .._util import Throttle
 from ..channels import ChannelClosed
 from ..epochs import EpochStore, StoreUnavailable
 from ..process import ProcessRef
@@ -37,7 +38,7 @@ from ._guard import Tasks
 from ._lifecycle import Harnesses
 from ._link import Link
 from ._model import Harness, Session
-from ._registry import Sessions
+from ._registry import Sessions, valid_name
 from ._settings import Settings
 from ._state import SessionState
 
@@ -64,6 +65,7 @@ class Connections:
     clock: AwakeClock
     tasks: Tasks
     control: ControlHandler
+    _strangers: Throttle = attrs.field(factory=lambda: Throttle(logger), init=False)
 
     async def handle(self, connection: Connection) -> None:
         """One connection, from its first frame to its close."""
@@ -98,24 +100,31 @@ class Connections:
             raise ProtocolError(
                 f"hello names pid {hello.pid} but the peer is pid {connection.peer.pid}"
             )
-        try:
-            session = self.sessions.get(hello.session)
-        except ValueError as exc:
-            raise ProtocolError(str(exc)) from None
+        if not valid_name(hello.session):
+            raise ProtocolError(f"hello names an unsafe session name {hello.session!r}")
         try:
             peer = ProcessRef.of(hello.pid)
         except ProcessLookupError:
             return
-        current = await self.store.current(session.name)
-        decision = admit(hello.epoch, current, peer, peer.is_alive(), session.harness)
+        known = self.sessions.find(hello.session)
+        current = await self.store.current(hello.session)
+        harness = known.harness if known is not None else None
+        decision = admit(hello.epoch, current, peer, peer.is_alive(), harness)
         if not isinstance(decision, Admitted):
-            await send_within(connection, Superseded(session.name, hello.epoch, current or 0))
+            await send_within(connection, Superseded(hello.session, hello.epoch, current or 0))
+            if known is None:  # a session nobody started: nothing is made for it
+                self._strangers.warn(
+                    "hello", "refused a hello for unknown session %r from pid %d: %s",
+                    hello.session, peer.pid, decision.reason,
+                )  # fmt: skip
+                return
             stale = Harness(peer, hello.epoch, None, since=self.clock.now())
-            self.sessions.emit(session, EventKind.SUPERSEDED, stale, decision.reason)
+            self.sessions.emit(known, EventKind.SUPERSEDED, stale, decision.reason)
             if decision.stop:
                 name = f"superseded {peer.pid}"
-                self.tasks.start(self.harnesses.confirm_exit, session, stale, name=name)
+                self.tasks.start(self.harnesses.confirm_exit, known, stale, name=name)
             return
+        session = self.sessions.get(hello.session)  # admitted: the session exists from now on
         if decision.adopt:
             adopted = Harness(peer, hello.epoch, None, self.clock.now())
             self.harnesses.adopt(session, adopted)

@@ -16,7 +16,7 @@ from ..wire import Connection, Control, Error, Message, Prompt, ProtocolError, R
 from ..wire._control import ControlOp
 from ._connections import send_within
 from ._events import AgentEvent, EventLog
-from ._feeds import stream_events, stream_log
+from ._feeds import UnsafeFeed, stream_events, stream_log
 from ._outcomes import (
     ANSWERED,
     AgentdError,
@@ -35,9 +35,10 @@ class NoSuchSession(AgentdError):
 
 
 # sysexits codes for the command line, by what went wrong (``Error.code``).
-EX_DATAERR, EX_UNAVAILABLE, EX_TEMPFAIL, EX_CONFIG = 65, 69, 75, 78
+EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_TEMPFAIL, EX_CONFIG = 65, 66, 69, 75, 78
 _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (NoSuchSession, EX_UNAVAILABLE),
+    (UnsafeFeed, EX_NOINPUT),
     (SessionFailed, EX_UNAVAILABLE),
     (PromptTooLarge, EX_DATAERR),
     (ValueError, EX_DATAERR),

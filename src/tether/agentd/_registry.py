@@ -43,6 +43,10 @@ class Sessions:
         """Every session, in name order (a snapshot: safe to change them meanwhile)."""
         return iter([self._sessions[name] for name in sorted(self._sessions)])
 
+    def find(self, name: str) -> Session | None:
+        """The session called ``name``, if it exists (nothing is created)."""
+        return self._sessions.get(name)
+
     def get(self, name: str) -> Session:
         """The session called ``name``, created if new.
 
