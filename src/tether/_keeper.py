@@ -17,6 +17,10 @@ owner over one Unix stream socket, in frames of a 4-byte big-endian length and a
 A spawned child is not reaped before its ``ack``, so its pid cannot be reused while the owner
 builds its ``ProcessRef``. The owner is watched through a pidfd (never ``PR_SET_PDEATHSIG``,
 which fires when the owner's *thread* that forked exits) and by the socket's end of file.
+
+When it stops the group it stops every process below it and every process carrying the
+group's mark (``TETHER_GROUP``) wherever it went, with their descendants: so a keeper started
+to replace a killed one also stops the orphans its predecessor left (ADR 0031).
 """
 
 from __future__ import annotations
@@ -74,10 +78,12 @@ _DEFAULTS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
 class Keeper:
-    def __init__(self, sock: socket.socket, owner: int, grace: float) -> None:
+    def __init__(self, sock: socket.socket, owner: int, grace: float, mark: str = "") -> None:
         self.sock = sock
         self.owner = owner
         self.grace = grace
+        self.mark = mark
+        """``VARIABLE=value``: the group's mark, stopped wherever it is (``""``: none)."""
         self.me = os.getpid()
         self.buffer = b""
         self.outgoing = bytearray()
@@ -164,26 +170,31 @@ class Keeper:
                 self.send({"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
 
     def stop_all(self, why: str) -> int:
-        """Stop every process below this one (SIGINT, SIGTERM, SIGKILL), reap them all; how
-        many there were."""
+        """Stop every process below this one and every one carrying the group's mark, with
+        their descendants (SIGINT, SIGTERM, SIGKILL); reap them all; how many there were."""
         self.held.clear()
-        below = _procfs.descendants([self.me], _procfs.table())
-        if below:
+
+        def collect() -> set[_procfs.Identity]:
+            procs = _procfs.table()
+            pids = _procfs.descendants([self.me], procs)
+            if self.mark:
+                variable, _, value = self.mark.partition("=")
+                marked = _procfs.marked(variable, value) - {self.me, self.owner}
+                pids |= marked | _procfs.descendants(marked, procs)
+            return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
+
+        found = collect()
+        if found:
             with contextlib.suppress(OSError, ValueError):  # a pipe nobody reads any more
                 print(
-                    f"tether keeper {self.me}: {why}; stopping {len(below)} processes",
+                    f"tether keeper {self.me}: {why}; stopping {len(found)} processes",
                     file=sys.stderr,
                     flush=True,
                 )
-
-        def collect() -> set[_procfs.Identity]:
-            pids = _procfs.descendants([self.me], _procfs.table())
-            return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
-
         steps = ((signal.SIGINT, self.grace), (signal.SIGTERM, self.grace), (signal.SIGKILL, 1.0))
         _procfs.escalate(collect, steps, self.reap)
         self.reap()
-        return len(below)
+        return len(found)
 
     def run(self) -> None:
         """Serve the owner until it dies or closes the group; whatever ends this (the owner's
@@ -246,12 +257,14 @@ class Keeper:
 
 
 def main(argv: list[str]) -> None:
-    """``main([socket fd, owner pid, grace])``."""
+    """``main([socket fd, owner pid, grace, mark])`` (``mark``, ``VARIABLE=value``, may be
+    left out)."""
     sock_fd, owner, grace = int(argv[0]), int(argv[1]), float(argv[2])
+    mark = argv[3] if len(argv) > 3 else ""
     for sig in _IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     sock = socket.socket(fileno=sock_fd)
     sock.set_inheritable(False)
     _procfs.prctl(_procfs.PR_SET_CHILD_SUBREAPER, 1)
     os.chdir("/")
-    Keeper(sock, owner, grace).run()
+    Keeper(sock, owner, grace, mark).run()

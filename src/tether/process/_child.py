@@ -179,11 +179,16 @@ class Child(metaclass=NoPublicConstructor):
 
     async def without_keeper(self) -> None:
         """Settle the status from the kernel once the child exits: its keeper is gone or
-        silent (bounded once it exited; it may run for as long as it likes before)."""
+        silent. Bounded by ``REPORT_TIMEOUT`` once it exited (past it, a status the kernel
+        will not tell is lost); it may run for as long as it likes before."""
         while not self.done:
             await self._exited()
-            if self._exit_seen is not None and not self._settle_from_kernel():
-                await trio.sleep(0.005)  # between its exit and its zombie
+            if self._exit_seen is None or self._settle_from_kernel():
+                continue
+            if trio.current_time() - self._exit_seen > REPORT_TIMEOUT:
+                self._settle_from_kernel(gone=True)
+            else:
+                await trio.sleep(0.005)  # between its exit and its zombie, or its reaping
 
     async def _exited(self) -> None:
         """Return once it has exited (``_exit_seen``), is settled, or the task that watches

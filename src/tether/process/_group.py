@@ -15,6 +15,7 @@ escalation of ``_teardown.stop_processes`` inside a shielded scope bounded by
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -95,7 +96,7 @@ class ChildGroup:
         self.grace = grace
         self.reap_interval = reap_interval
         self._children: list[Child] = []
-        self._group_id = f"{os.getpid()}-{next(_group_ids)}"
+        self._group_id = f"{os.getpid()}-{next(_group_ids)}-{os.urandom(3).hex()}"
         self._state = "new"
         self._want_keeper = keeper and hasattr(os, "pidfd_open")
         self._keeper: Keeper | None = None
@@ -124,19 +125,28 @@ class ChildGroup:
         if self._state != "new":
             raise RuntimeError("a ChildGroup can be entered once")
         self._nursery_manager = trio.open_nursery()
-        self._nursery = nursery = await self._nursery_manager.__aenter__()
-        if self._want_keeper:
-            try:
-                self._keeper = await Keeper.start(self.grace)
-            except KeeperUnavailable as exc:
-                logger.warning("session %s: %s; the group has no keeper", self.session, exc)
-        if self._keeper is not None:
-            self._keeper.on_lost = self._lost
-            nursery.start_soon(self._keeper.serve, name=f"tether keeper {self.session}")
-        else:
+        self._nursery = await self._nursery_manager.__aenter__()
+        if not self._want_keeper or not await self._start_keeper():
             await self._adopt_orphans()
         self._state = "open"
         return self
+
+    async def _start_keeper(self) -> bool:
+        """Start a keeper and serve it; whether one runs."""
+        assert self._nursery is not None
+        try:
+            keeper = await Keeper.start(self.grace, f"{GROUP_VAR}={self._group_id}")
+        except KeeperUnavailable as exc:
+            logger.warning("session %s: %s; the group has no keeper", self.session, exc)
+            return False
+        if self._state not in ("new", "open"):  # the group closed while it started
+            with trio.CancelScope(shield=True):
+                await keeper.close()
+            return False
+        keeper.on_lost = functools.partial(self._lost, keeper)
+        self._keeper = keeper
+        self._nursery.start_soon(keeper.serve, name=f"tether keeper {self.session}")
+        return True
 
     async def __aexit__(
         self,
@@ -161,28 +171,36 @@ class ChildGroup:
         assert self._nursery is not None
         await self._nursery.start(self._reaper.run, name=f"tether orphan reaper {self.session}")
 
-    def _lost(self) -> None:
-        """The keeper is gone. At the group's close that is as it should be; before, it was
-        killed: its children went to the nearest subreaper or init, and the group finds them
-        by their mark from now on (and spawns in this process, as a subreaper)."""
+    def _lost(self, keeper: Keeper) -> None:
+        """A keeper is gone. At the group's close that is as it should be; before, it was
+        killed: its children went to the nearest subreaper or init, their statuses come from
+        the kernel, and a new keeper is started, which stops them by their mark if this
+        process dies (ADR 0031). Until it runs, spawns happen in this process."""
         if self._state != "open":
             return
-        assert self._keeper is not None
         assert self._nursery is not None
         self._keeper_lost = True
         logger.error(
-            "session %s: keeper pid %d died; its processes are found by their mark now",
+            "session %s: keeper pid %d died; starting another, which stops its processes by"
+            " their mark",
             self.session,
-            self._keeper.pid,
+            keeper.pid,
         )
-        for child in self._keeper.unreported():
+        for child in keeper.unreported():
             self._nursery.start_soon(child.without_keeper)
-        self._nursery.start_soon(self._adopt_orphans)
+        self._nursery.start_soon(self._replace_keeper, keeper)
 
-    def _keeper_silent(self, child: Child) -> None:
-        if self._keeper is not None:
-            why = f"pid {child.pid} exited and it said nothing for {REPORT_TIMEOUT:g}s"
-            self._keeper.unresponsive(why)
+    async def _replace_keeper(self, lost: Keeper) -> None:
+        with trio.CancelScope(shield=True):
+            await lost.close()  # it is dead: this reaps it
+        if self._state != "open" or self._keeper is not lost:
+            return
+        if not await self._start_keeper() and self._state == "open":
+            await self._adopt_orphans()
+
+    def _keeper_silent(self, keeper: Keeper, child: Child) -> None:
+        why = f"pid {child.pid} exited and it said nothing for {REPORT_TIMEOUT:g}s"
+        keeper.unresponsive(why)  # the child's own keeper (nothing if it is gone already)
 
     def _sessions(self) -> set[int]:
         return {child.pid for child in self._children}
@@ -239,7 +257,7 @@ class ChildGroup:
             if keeper is not None and keeper.alive:
                 ref = await keeper.spawn(argv[0], path, args, full_env, stdio.child_fds)
                 child = Child._create(ref, argv, label, self.grace, kept=True)
-                child.on_silent = self._keeper_silent
+                child.on_silent = functools.partial(self._keeper_silent, keeper)
                 keeper.watch(child)
             else:
                 pid = spawn_process(argv, full_env, directory, fds=stdio.child_fds)
@@ -335,11 +353,13 @@ class ChildGroup:
         sessions) that were reparented to this process, and, once a keeper was lost, every
         process carrying its mark wherever it went."""
         stats = snapshot()
-        keeper = self._keeper
-        if keeper is not None and keeper.alive:
-            return refs(descendants(stats, [keeper.pid]))
+        keeper = self.keeper_pid
+        if keeper is not None and not self._keeper_lost:
+            return refs(descendants(stats, [keeper]))
         roots = {child.pid for child in self._children if not child.done}
         roots |= self._reaper.orphans(stats)
+        if keeper is not None:
+            roots |= descendants(stats, [keeper])
         if self._keeper_lost:
             roots |= {pid for pid in stats if self._reaper.marked(pid)}
         return refs(roots | descendants(stats, roots))

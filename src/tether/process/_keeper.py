@@ -84,15 +84,17 @@ class Keeper:
         return self.process.pid
 
     @classmethod
-    async def start(cls, grace: float) -> Keeper:
-        """Start a keeper for this process.
+    async def start(cls, grace: float, mark: str = "") -> Keeper:
+        """Start a keeper for this process; ``mark`` (``VARIABLE=value``) names the group's
+        processes it stops wherever they are, besides those below it.
 
         Raises:
             KeeperUnavailable: it could not be started or did not say it was ready.
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [
-            sys.executable, "-I", "-S", "-c", _CODE, _ROOT, "3", str(os.getpid()), repr(grace)
+            sys.executable, "-I", "-S", "-c", _CODE, _ROOT, "3", str(os.getpid()), repr(grace),
+            mark,
         ]  # fmt: skip
         try:
             pid = _spawn(argv, theirs.fileno())
