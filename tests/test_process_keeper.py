@@ -78,6 +78,14 @@ def escapees(out: Path) -> dict[str, psutil.Process]:
     return found
 
 
+def _written(path: Path) -> bool:
+    """Whether ``path`` exists with something in it (its writer may be part way)."""
+    try:
+        return bool(path.read_text())
+    except FileNotFoundError:
+        return False
+
+
 def alive(processes: dict[str, psutil.Process]) -> list[str]:
     left = []
     for name, process in processes.items():
@@ -226,14 +234,16 @@ async def test_issue_26_keeper_then_owner_killed_leaves_no_survivor(tmp_path: Pa
         python(TWICE_KEPT_OWNER, str(tmp_path), session, str(GRACE), textwrap.dedent(ESCAPEES))
     )
     try:
-        await wait_until(lambda: (tmp_path / "owner-ready").exists(), timeout=20)
+        await wait_until(lambda: _written(tmp_path / "owner-ready"), timeout=20)
         tree = escapees(tmp_path)
         # The scrubbed one kept no mark: with its keeper killed it is lost (ADR 0023).
         marked_ones = {name: p for name, p in tree.items() if name != "scrubbed"}
         assert sorted(alive(marked_ones)) == sorted(set(NAMES) - {"scrubbed"})
+        keeper = psutil.Process(int((tmp_path / "owner-ready").read_text()))
         owner.kill()
         owner.wait(timeout=10)
         await wait_until(lambda: alive(marked_ones) == [], timeout=BOUND + HEADROOM)
+        await wait_until(lambda: not keeper.is_running() or keeper.status() == "zombie")
     finally:
         if owner.poll() is None:
             owner.kill()
@@ -243,6 +253,7 @@ async def test_issue_26_keeper_then_owner_killed_leaves_no_survivor(tmp_path: Pa
                 process.kill()
             except psutil.NoSuchProcess:
                 continue
+        await wait_until(lambda: alive(escapees(tmp_path)) == [])
         await wait_until(reap_zombie_children)
 
 
@@ -291,7 +302,7 @@ async def test_issue_26_row_1_an_owner_dying_with_reports_unread_leaves_no_survi
         python(DEAF_OWNER, str(tmp_path), session, str(GRACE), textwrap.dedent(ESCAPEES))
     )
     try:
-        await wait_until(lambda: (tmp_path / "owner-ready").exists(), timeout=20)
+        await wait_until(lambda: _written(tmp_path / "owner-ready"), timeout=20)
         tree = escapees(tmp_path)
         keeper = psutil.Process(int((tmp_path / "owner-ready").read_text()))
         assert sorted(alive(tree)) == sorted(NAMES)
@@ -311,7 +322,11 @@ async def test_issue_26_row_1_an_owner_dying_with_reports_unread_leaves_no_survi
                 continue
 
 
-async def test_issue_26_row_2_a_killed_keeper_loses_no_exit_status() -> None:
+# A tool that says it runs (argv[1] appears), then exits argv[2] after half a second.
+TOOL = 'touch "$0"; sleep 0.5; exit "$1"'
+
+
+async def test_issue_26_row_2_a_killed_keeper_loses_no_exit_status(tmp_path: Path) -> None:
     """The keeper is SIGKILLed while a tool runs: the tool's status comes from the kernel
     (this process, a subreaper, reaps the orphan; the pidfd still tells its status)."""
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
@@ -319,12 +334,12 @@ async def test_issue_26_row_2_a_killed_keeper_loses_no_exit_status() -> None:
         assert keeper is not None
 
         async def kill_keeper() -> None:
-            await wait_until(lambda: len(psutil.Process(keeper).children()) > 0)
+            await wait_until((tmp_path / "runs").exists)
             os.kill(keeper, signal.SIGKILL)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(kill_keeper)
-            result = await group.run(["sh", "-c", "sleep 0.5; exit 3"])
+            result = await group.run(["sh", "-c", TOOL, str(tmp_path / "runs"), "3"])
         assert (result.returncode, result.status_lost, result.failed) == (3, False, True)
         await wait_until(lambda: group.keeper_pid not in (None, keeper))  # replaced
         child = await group.spawn(["sh", "-c", "exit 4"])
@@ -373,7 +388,7 @@ async def test_issue_26_row_2_a_status_read_from_a_zombie_the_owner_does_not_own
 
 
 async def test_issue_26_row_2_a_status_nobody_can_tell_is_lost_not_zero(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Where the kernel cannot tell (a zombie's stat unreadable, and before Linux 6.15 no
     pidfd after the reap), the status is lost, and says so in the type."""
@@ -390,12 +405,12 @@ async def test_issue_26_row_2_a_status_nobody_can_tell_is_lost_not_zero(
         assert keeper is not None
 
         async def kill_keeper() -> None:
-            await wait_until(lambda: len(psutil.Process(keeper).children()) > 0)
+            await wait_until((tmp_path / "runs").exists)
             os.kill(keeper, signal.SIGKILL)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(kill_keeper)
-            result = await group.run(["sh", "-c", "sleep 0.5; exit 0"])
+            result = await group.run(["sh", "-c", TOOL, str(tmp_path / "runs"), "0"])
     assert (result.returncode, result.status_lost, result.failed) == (None, True, True)
     assert "lost" in result.reason()
     await wait_until(reap_zombie_children)  # the orphan came to this process, a subreaper
@@ -416,20 +431,23 @@ async def test_issue_26_row_3_a_stopped_keeper_is_a_typed_error_within_its_deadl
     assert zombie_children() == []
 
 
-async def test_issue_26_row_3_a_keeper_stopped_mid_run_ends_the_run_with_its_status() -> None:
+async def test_issue_26_row_3_a_keeper_stopped_mid_run_ends_the_run_with_its_status(
+    tmp_path: Path,
+) -> None:
     """The keeper is stopped after the spawn: the tool's exit goes unreported, so after
     ``REPORT_TIMEOUT`` the keeper is killed and the status read from the kernel."""
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
         keeper = psutil.Process(group.keeper_pid)
 
         async def stop_keeper() -> None:
-            await wait_until(lambda: len(keeper.children()) > 0)
+            await wait_until((tmp_path / "runs").exists)
             keeper.suspend()
 
         with trio.fail_after(2 + REPORT_TIMEOUT + HEADROOM):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stop_keeper)
-                result = await group.run(["sh", "-c", "sleep 0.3; exit 6"], timeout=2)
+                argv = ["sh", "-c", TOOL, str(tmp_path / "runs"), "6"]
+                result = await group.run(argv, timeout=2)
         assert (result.returncode, result.timed_out) == (6, False)
         await wait_until(lambda: not keeper.is_running())
     assert zombie_children() == []

@@ -16,7 +16,7 @@ import time
 import trio
 
 from .. import signals
-from ..agentd import Agentd
+from ..agentd import Agentd, Backoff
 from ..epochs import EpochStore, SqliteEpochStore
 from ._errors import (
     EX_NOINPUT,
@@ -109,6 +109,7 @@ async def _daemon(args: argparse.Namespace) -> int:
                 spawn_limit=args.spawn_limit,
                 stall_after=args.stall_after,
                 on_stall=args.on_stall,
+                restart_backoff=Backoff(first=args.backoff, cap=args.backoff_cap),
             )
             serve = metrics_server(agentd, args.metrics) if args.metrics else None
             running = agentd.running(stop_harnesses=args.stop_harnesses)

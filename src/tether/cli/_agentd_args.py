@@ -66,6 +66,15 @@ def add_command(commands: Any) -> None:
     )  # fmt: skip
     daemon.add_argument("--restart-window", type=positive(float), default=60.0, help="seconds")
     daemon.add_argument(
+        "--backoff", type=not_negative, default=0.5, metavar="SECONDS",
+        help="the wait before a crashing session's second restart in a row, doubled for each"
+        " after it",
+    )  # fmt: skip
+    daemon.add_argument(
+        "--backoff-cap", type=not_negative, default=30.0, metavar="SECONDS",
+        help="the longest wait between restarts",
+    )  # fmt: skip
+    daemon.add_argument(
         "--start-timeout", type=positive(float), default=10.0,
         help="seconds a new harness has to say hello, counted from its turn to start",
     )  # fmt: skip

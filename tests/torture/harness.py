@@ -1,0 +1,48 @@
+"""The campaign's harness (run by ``tether agentd``): each prompt is JSON naming a tool's exit
+code, how long it sleeps and a token; the engine runs it through ``ctx.run_tool`` and, once
+the result is durable in the transcript, appends an acknowledgement to ``torture.jsonl`` in
+the session's directory. The campaign checks both against each other and against the
+exit codes it asked for."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from tether import HarnessContext, Receiver, run_harness
+from tether.harness import Command
+from tether.wire import Prompt
+
+
+def note(record: dict[str, object]) -> None:
+    """Append one line to the session's ``torture.jsonl``, durably."""
+    path = os.path.join(os.environ["TETHER_STATE_DIR"], "torture.jsonl")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, json.dumps({**record, "pid": os.getpid()}).encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
+    async for command in commands:
+        if not isinstance(command, Prompt):
+            continue
+        note({"received": command.id})
+        try:
+            order = json.loads(command.text)
+        except ValueError:
+            continue
+        token, code, sleep = str(order["token"]), int(order["code"]), float(order["sleep"])
+        escape = "setsid sleep 300 & " if order.get("escape") else ""
+        script = f'echo $$ > "$0.pid"; {escape}sleep {sleep}; exit {code}'
+        marker = os.path.join(os.environ["TETHER_STATE_DIR"], token)
+        result = await ctx.run_tool("torture", ["sh", "-c", script, marker], timeout=30)
+        note({"token": token, "expect": code, "got": result.returncode,
+              "lost": result.status_lost, "timed_out": result.timed_out})  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(run_harness(engine))

@@ -1,0 +1,287 @@
+"""What must hold after every step of the campaign, whatever the nemesis did. Each check
+returns the violations it found, as ``(invariant, detail)``; the facts of ``world.facts``
+tell which effects a fault explains (a killed tool's status is its signal, a harness the
+nemesis stopped may be judged a phantom), and nothing else is excused."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterable
+
+import attrs
+import psutil
+
+from tether.journal import scan
+from tether.journal._entries import ToolCall, ToolResult
+from tether.process._table import marks
+from torture.world import EXIT_CODES, GRACE, PATIENCE, Owner, World
+
+BOUND = 2 * GRACE + 1.0
+"""A group's promise: its tree is gone this long after its owner dies."""
+HEADROOM = 4.0
+"""On top of each bound: a loaded 2-core machine (the bound itself is a benchmark's)."""
+ZOMBIE_BOUND = 5.0
+DAEMON_RSS = 250 * 2**20
+
+Violation = tuple[str, str]
+
+
+@attrs.define
+class Doomed:
+    """The processes of an owner the nemesis killed, due to be gone by a deadline."""
+
+    owner: Owner
+    killed: float
+    tree: set[tuple[int, float]]
+    """``(pid, create_time)`` of every process of its group when it was killed."""
+
+
+@attrs.define
+class Watch:
+    """What the checks remember between steps."""
+
+    doomed: list[Doomed] = attrs.Factory(list)
+    zombies: dict[tuple[int, float], float] = attrs.Factory(dict)
+    """Zombies seen, by identity, and since when."""
+    harnesses: dict[int, str] = attrs.Factory(dict)
+    """Every harness pid seen, by its session."""
+    dead: set[int] = attrs.Factory(set)
+    """Harness pids whose death was already judged."""
+    checked_results: int = 0
+    counts: dict[str, int] = attrs.Factory(dict)
+    """How many times each invariant was checked."""
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + n
+
+
+def group_of(session: str) -> set[tuple[int, float]]:
+    """Every live process carrying ``session``'s mark."""
+    found = set()
+    for pid in psutil.pids():
+        mark = marks(pid)
+        if mark is None or mark.session != session:
+            continue
+        try:
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE:
+                found.add((pid, process.create_time()))
+        except psutil.Error:
+            continue
+    return found
+
+
+def _exists(ident: tuple[int, float]) -> bool:
+    try:
+        process = psutil.Process(ident[0])
+        return bool(
+            process.create_time() == ident[1] and process.status() != psutil.STATUS_ZOMBIE
+        )
+    except psutil.Error:
+        return False
+
+
+def no_survivor(world: World, watch: Watch) -> list[Violation]:
+    """No process outlives its owner by more than the bound (counted from when the owner's
+    keeper could run: a stopped keeper acts once it is resumed)."""
+    found: list[Violation] = []
+    now = time.monotonic()
+    for doomed in list(watch.doomed):
+        keeper = doomed.owner.keeper()
+        since = max(doomed.killed, world.facts.resumed_at(keeper) if keeper else 0.0)
+        if keeper is not None and world.facts.stopped_now(keeper):
+            continue
+        left = {ident for ident in doomed.tree if _exists(ident)}
+        if not left:
+            watch.doomed.remove(doomed)
+            watch.count("no_survivor")
+        elif now - since > BOUND + HEADROOM:
+            watch.doomed.remove(doomed)
+            found.append(("no_survivor", f"owner {doomed.owner.seed}: {sorted(left)} alive"
+                          f" {now - since:.1f}s after it was killed"))  # fmt: skip
+    return found
+
+
+def no_zombie(world: World, watch: Watch, mine: set[int]) -> list[Violation]:
+    """No process stays a zombie for long, unless its parent is stopped (it cannot reap);
+    orphans that came to the campaign (a subreaper) are reaped by it, as init would."""
+    found: list[Violation] = []
+    now = time.monotonic()
+    seen = set()
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                continue
+            ident, parent = (process.pid, process.create_time()), process.ppid()
+        except psutil.Error:
+            continue
+        if parent == os.getpid() and process.pid not in mine:
+            with contextlib.suppress(ChildProcessError):  # an orphan: reaped as init would
+                os.waitpid(process.pid, os.WNOHANG)
+            continue
+        seen.add(ident)
+        first = watch.zombies.setdefault(ident, now)
+        if world.facts.stopped_now(parent) or parent == os.getpid():
+            watch.zombies[ident] = now
+        elif now - first > ZOMBIE_BOUND:
+            found.append(("no_zombie", f"pid {ident[0]} a zombie of {parent} for"
+                          f" {now - first:.1f}s"))  # fmt: skip
+    watch.zombies = {ident: t for ident, t in watch.zombies.items() if ident in seen}
+    watch.count("no_zombie")
+    return found
+
+
+def honest_status(rows: Iterable[dict[str, object]], world: World, where: str) -> list[Violation]:
+    """A tool's reported status is the one it exited with, its signal if the nemesis killed
+    it, or lost, never a made-up one; and never success for a tool that failed."""
+    found: list[Violation] = []
+    for row in rows:
+        if "got" not in row:
+            continue
+        got, expect = row["got"], row["expect"]
+        if row.get("lost") or row.get("timed_out") or got == expect:
+            continue
+        if got == 0:
+            found.append(("honest_status", f"{where}: {row['token']} exited {expect},"
+                          " reported 0"))  # fmt: skip
+        elif not (isinstance(got, int) and got < 0 and _signalled(world, str(row["token"]))):
+            found.append(("honest_status", f"{where}: {row['token']} exited {expect},"
+                          f" reported {got}"))  # fmt: skip
+    return found
+
+
+def _signalled(world: World, token: str) -> bool:
+    """Whether the nemesis signalled the tool that ran for ``token`` (its pid file)."""
+    for base in [world.state / session for session in world.sessions] + [
+        owner.directory for owner in [*world.owners.values(), *world.retired]
+    ]:
+        try:
+            pid = int((base / f"{token}.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            continue
+        return pid in world.facts.killed or bool(world.facts.stops.get(pid))
+    return False
+
+
+def healthy_harnesses(world: World, watch: Watch) -> list[Violation]:
+    """No harness dies but one the nemesis killed or stopped (a stopped one may be judged a
+    phantom), or one that met a full disk: the daemon never kills a healthy harness."""
+    found: list[Violation] = []
+    for session in world.sessions:
+        for pid in world.harnesses(session):
+            watch.harnesses.setdefault(pid, session)
+    for pid, session in watch.harnesses.items():
+        if pid in watch.dead or _running(pid):
+            continue
+        watch.dead.add(pid)
+        watch.count("healthy_harness")
+        if pid in world.facts.killed or world.facts.stopped_for(pid) >= PATIENCE / 2:
+            continue
+        if world.facts.disk_was_full(within=15.0):
+            continue
+        found.append(("healthy_harness", f"harness {pid} of {session} died unasked"
+                      f" ({_why(world, pid)})"))  # fmt: skip
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return False
+
+
+def _why(world: World, pid: int) -> str:
+    events = world.state / "agentd.events.jsonl"
+    try:
+        rows = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    except (FileNotFoundError, ValueError):
+        return "no events"
+    said = [f"{r.get('kind')}: {r.get('detail')}" for r in rows if r.get("pid") == pid]
+    return "; ".join(said[-3:]) or "no event names it"
+
+
+def acknowledged(world: World, session: str) -> list[Violation]:
+    """Every tool result the harness acknowledged is in its transcript, as it was reported."""
+    found: list[Violation] = []
+    path = world.state / session / f"{session}.jsonl"
+    try:
+        entries = scan(path.read_bytes()).entries
+    except FileNotFoundError:
+        return []
+    calls = {e.id: e for e in entries if isinstance(e, ToolCall)}
+    results = {}
+    for entry in entries:
+        if isinstance(entry, ToolResult) and entry.call_id in calls:
+            argv = calls[entry.call_id].args.get("argv", [])
+            results[os.path.basename(str(argv[-1]))] = entry
+    for row in world.received(session):
+        token = row.get("token")
+        if token is None:
+            continue
+        result = results.get(str(token))
+        if result is None:
+            found.append(("acknowledged", f"{session}: {token} acknowledged, not in the"
+                          " transcript"))  # fmt: skip
+        elif (
+            not row.get("lost")
+            and isinstance(result.output, dict)
+            and result.output.get("code") != row["got"]
+        ):
+            found.append(("acknowledged", f"{session}: {token} recorded code"
+                              f" {result.output.get('code')}, reported {row['got']}"))  # fmt: skip
+    return found
+
+
+def delivered(world: World, sends: Iterable[dict[str, object]]) -> list[Violation]:
+    """A prompt acknowledged as delivered reached that harness's engine, unless that harness
+    was killed, stopped or met a full disk afterwards (issue 27 makes even those redeliver)."""
+    found: list[Violation] = []
+    received: dict[str, set[object]] = {}
+    for session in world.sessions:
+        for row in world.received(session):
+            if "received" in row:
+                received.setdefault(str(row["received"]), set()).add(row["pid"])
+    for send in sends:
+        answer = send.get("delivered")
+        if not isinstance(answer, dict):
+            continue
+        pid = answer["pid"]
+        if pid in received.get(str(answer["prompt_id"]), set()):
+            continue
+        if pid in world.facts.killed or world.facts.stops.get(pid):
+            continue
+        if world.facts.disk_was_full(within=1e9):
+            continue
+        found.append(("delivered", f"prompt {answer['prompt_id']} delivered to {pid},"
+                      " never reached its engine"))  # fmt: skip
+    return found
+
+
+def answered(sends: Iterable[dict[str, object]]) -> list[Violation]:
+    """Every request ends within its bound, in success or a documented refusal."""
+    found: list[Violation] = []
+    for send in sends:
+        if send.get("hung"):
+            found.append(("answered", f"send to {send['session']} hung past its bound"))
+        elif send.get("code") not in EXIT_CODES:
+            found.append(("answered", f"send to {send['session']} exited {send.get('code')}:"
+                          f" {str(send.get('stderr'))[-300:]}"))  # fmt: skip
+        elif "Traceback" in str(send.get("stderr")):
+            found.append(("answered", f"send to {send['session']}: a traceback"))
+    return found
+
+
+def daemon_memory(world: World) -> list[Violation]:
+    if world.daemon is None:
+        return []
+    try:
+        rss = psutil.Process(world.daemon.pid).memory_info().rss
+    except psutil.Error:
+        return []
+    if rss > DAEMON_RSS:
+        return [("daemon_memory", f"daemon RSS {rss >> 20} MiB")]
+    return []

@@ -1,0 +1,401 @@
+"""The nemesis: each action does one fault (or one piece of ordinary work) to the world at a
+random point, and writes down in ``world.facts`` what it did, so the invariants can tell a
+fault's effect from a bug. Faults that last (a stop, a lock, a full disk, a flood) are undone
+by a task of their own while the campaign goes on."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import json
+import os
+import random
+import signal
+import socket
+import sqlite3
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import BinaryIO
+
+import attrs
+import psutil
+import trio
+
+from torture.world import World, keeper_of, tools_of
+
+Action = Callable[[World, random.Random, trio.Nursery], Awaitable[str]]
+
+LOCKER = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+db.execute("BEGIN EXCLUSIVE")
+db.execute("CREATE TABLE IF NOT EXISTS torture_lock (x)")
+db.execute("INSERT INTO torture_lock VALUES (1)")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+db.execute("ROLLBACK")
+"""
+
+
+@attrs.define
+class Sends:
+    """Every ``tether send`` the campaign made and how it ended."""
+
+    done: list[dict[str, object]] = attrs.Factory(list)
+    running: int = 0
+
+
+def kill(world: World, pid: int | None, what: str) -> str:
+    if pid is None:
+        return f"no {what} to kill"
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return f"{what} {pid} was gone"
+    world.facts.killed[pid] = time.monotonic()
+    return f"SIGKILL {what} {pid}"
+
+
+def stop(world: World, pid: int | None, what: str, seconds: float, nursery: trio.Nursery) -> str:
+    if pid is None:
+        return f"no {what} to stop"
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return f"{what} {pid} was gone"
+    spans = world.facts.stops.setdefault(pid, [])
+    spans.append((time.monotonic(), float("inf")))
+    index = len(spans) - 1
+
+    async def resume() -> None:
+        await trio.sleep(seconds)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        spans[index] = (spans[index][0], time.monotonic())
+
+    nursery.start_soon(resume)
+    return f"SIGSTOP {what} {pid} for {seconds:.1f}s"
+
+
+def _session(world: World, rng: random.Random) -> str:
+    return rng.choice(world.sessions)
+
+
+def _owner(world: World, rng: random.Random) -> int:
+    return rng.choice(sorted(world.owners))
+
+
+# -- ordinary work -------------------------------------------------------------------------
+
+
+def sender(sends: Sends) -> Action:
+    async def send(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+        session = _session(world, rng)
+        token = f"h{uuid.uuid4().hex[:10]}"
+        order = {"token": token, "code": rng.choice([0, 0, 2, 7]),
+                 "sleep": rng.choice([0.0, 0.1, 0.5]), "escape": rng.random() < 0.2}  # fmt: skip
+
+        async def run() -> None:
+            sends.running += 1
+            started = time.monotonic()
+            try:
+                answer = await world.tether("send", session, json.dumps(order), bound=120)
+            finally:
+                sends.running -= 1
+            record: dict[str, object] = {"session": session, "order": order,
+                                         "took": time.monotonic() - started}  # fmt: skip
+            if answer is None:
+                record["hung"] = True
+            else:
+                record["code"], out, record["stderr"] = answer
+                if answer[0] == 0:
+                    record["delivered"] = json.loads(out)
+            sends.done.append(record)
+
+        nursery.start_soon(run)
+        return f"send {token} to {session}"
+
+    return send
+
+
+async def start(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    session = _session(world, rng)
+    nursery.start_soon(functools.partial(world.tether, "start", session, bound=120))
+    return f"start {session}"
+
+
+# -- the daemon ----------------------------------------------------------------------------
+
+
+async def kill_daemon(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    assert world.daemon is not None
+    old = world.daemon
+    said = kill(world, old.pid, "daemon")
+    await trio.to_thread.run_sync(old.wait)
+    down = time.monotonic()
+    world.start_daemon()
+    await world.listening()
+    world.facts.daemon_down.append((down, time.monotonic()))
+    assert world.daemon is not None
+    return f"{said}; restarted as {world.daemon.pid}"
+
+
+async def stop_daemon(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    assert world.daemon is not None
+    seconds = rng.uniform(0.2, 4.0)
+    now = time.monotonic()
+    world.facts.daemon_down.append((now, now + seconds))
+    return stop(world, world.daemon.pid, "daemon", seconds, nursery)
+
+
+# -- harnesses, their keepers and tools ----------------------------------------------------
+
+
+async def kill_harness(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    return kill(world, world.harness(_session(world, rng)), "harness")
+
+
+async def stop_harness(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    pid = world.harness(_session(world, rng))
+    return stop(world, pid, "harness", rng.uniform(0.1, 3.0), nursery)
+
+
+def _harness_keeper(world: World, rng: random.Random) -> int | None:
+    pid = world.harness(_session(world, rng))
+    return keeper_of(pid) if pid is not None else None
+
+
+async def kill_harness_keeper(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    return kill(world, _harness_keeper(world, rng), "harness keeper")
+
+
+async def stop_harness_keeper(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    return stop(world, _harness_keeper(world, rng), "harness keeper", rng.uniform(0.1, 3.0),
+                nursery)  # fmt: skip
+
+
+def _harness_tool(world: World, rng: random.Random) -> int | None:
+    pid = world.harness(_session(world, rng))
+    tools = tools_of(pid) if pid is not None else []
+    return rng.choice(tools) if tools else None
+
+
+async def kill_harness_tool(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    return kill(world, _harness_tool(world, rng), "harness tool")
+
+
+async def stop_harness_tool(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    return stop(world, _harness_tool(world, rng), "harness tool", rng.uniform(0.1, 2.0), nursery)
+
+
+# -- owners, their keepers and tools -------------------------------------------------------
+
+
+async def kill_owner(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    slot = _owner(world, rng)
+    owner = world.owners.pop(slot)
+    said = kill(world, owner.process.pid, f"owner {owner.seed}")
+    await trio.to_thread.run_sync(owner.process.wait)
+    world.retired.append(owner)
+    world.start_owner(slot)
+    return said
+
+
+async def stop_owner(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    owner = world.owners[_owner(world, rng)]
+    return stop(world, owner.process.pid, "owner", rng.uniform(0.1, 2.0), nursery)
+
+
+async def kill_owner_keeper(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    return kill(world, world.owners[_owner(world, rng)].keeper(), "owner keeper")
+
+
+async def stop_owner_keeper(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    keeper = world.owners[_owner(world, rng)].keeper()
+    return stop(world, keeper, "owner keeper", rng.uniform(0.1, 3.0), nursery)
+
+
+def _owner_tool(world: World, rng: random.Random) -> int | None:
+    tools = tools_of(world.owners[_owner(world, rng)].process.pid)
+    return rng.choice(tools) if tools else None
+
+
+async def kill_owner_tool(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    return kill(world, _owner_tool(world, rng), "owner tool")
+
+
+async def stop_owner_tool(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    return stop(world, _owner_tool(world, rng), "owner tool", rng.uniform(0.1, 2.0), nursery)
+
+
+# -- the store, the disk, the socket -------------------------------------------------------
+
+
+async def lock_store(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    seconds = rng.uniform(0.5, 6.0)
+    locker = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(world.store), str(seconds)], stdout=subprocess.PIPE
+    )
+    world.spawned.add(locker.pid)
+
+    async def release() -> None:
+        await trio.to_thread.run_sync(locker.wait)
+        world.spawned.discard(locker.pid)
+        if locker.stdout is not None:
+            locker.stdout.close()
+
+    nursery.start_soon(release)
+    return f"lock the store for {seconds:.1f}s"
+
+
+async def copy_store(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    """A second daemon on a copy of the store, for a while (it must adopt nothing)."""
+    world.copies += 1
+    base = world.root / f"copy-{world.copies}"
+    base.mkdir(mode=0o700)
+    source, target = sqlite3.connect(world.store, timeout=30), sqlite3.connect(base / "e.sqlite3")
+    try:
+        source.backup(target)
+    except sqlite3.Error as exc:
+        return f"no copy of the store: {exc}"
+    finally:
+        source.close()
+        target.close()
+    log = _log(base / "agentd.log")
+    second = subprocess.Popen(
+        world.daemon_argv(base / "agentd.sock", base / "e.sqlite3", base / "state"),
+        stdout=log, stderr=log,
+    )  # fmt: skip
+    world.spawned.add(second.pid)
+    log.close()
+    seconds = rng.uniform(1.0, 3.0)
+
+    async def end() -> None:
+        await trio.sleep(seconds)
+        second.send_signal(signal.SIGTERM)
+        await trio.to_thread.run_sync(second.wait)
+        world.spawned.discard(second.pid)
+
+    nursery.start_soon(end)
+    return f"a second daemon on a copy of the store for {seconds:.1f}s"
+
+
+async def fill_disk(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    if not os.path.ismount(world.state):
+        return "no disk of its own to fill"
+    seconds = rng.uniform(0.5, 3.0)
+    ballast = world.state / "ballast"
+    written = await trio.to_thread.run_sync(_fill, ballast)
+    start = time.monotonic()
+    world.facts.disk_full.append((start, start + seconds))
+
+    async def empty() -> None:
+        await trio.sleep(seconds)
+        ballast.unlink(missing_ok=True)
+
+    nursery.start_soon(empty)
+    return f"fill the state disk ({written >> 20} MiB) for {seconds:.1f}s"
+
+
+def _fill(path: Path) -> int:
+    written = 0
+    with open(path, "wb") as f:
+        block = b"\0" * (1 << 20)
+        try:
+            while True:
+                written += f.write(block)
+                f.flush()
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+    return written
+
+
+async def exhaust_fds(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    count = rng.randint(200, 700)
+    held = _connect_many(world.socket, count)
+    seconds = rng.uniform(0.3, 2.0)
+
+    async def release() -> None:
+        await trio.sleep(seconds)
+        for conn in held:
+            conn.close()
+
+    nursery.start_soon(release)
+    return f"{len(held)} idle connections for {seconds:.1f}s"
+
+
+async def half_frames(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    count = rng.randint(20, 200)
+    held = _connect_many(world.socket, count)
+    for conn in held:
+        size = rng.choice([5, 100, 4000, 1 << 20])
+        try:
+            conn.send(struct.pack(">I", size) + os.urandom(min(size - 1, 60_000)))
+        except OSError:
+            continue
+    seconds = rng.uniform(0.5, 3.0)
+
+    async def release() -> None:
+        await trio.sleep(seconds)
+        for conn in held:
+            conn.close()
+
+    nursery.start_soon(release)
+    return f"{len(held)} half-written frames for {seconds:.1f}s"
+
+
+async def garbage(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    held = _connect_many(world.socket, rng.randint(1, 20))
+    for conn in held:
+        body = os.urandom(rng.randint(0, 300))
+        with contextlib.suppress(OSError):
+            conn.send(struct.pack(">I", len(body)) + body)
+        conn.close()
+    return f"{len(held)} garbage frames"
+
+
+def _log(path: Path) -> BinaryIO:
+    return open(path, "ab")  # the caller hands it to a child, then closes it
+
+
+def _connect_many(path: Path, count: int) -> list[socket.socket]:
+    held = []
+    for _ in range(count):
+        conn = socket.socket(socket.AF_UNIX)
+        conn.setblocking(False)
+        try:
+            conn.connect(str(path))
+        except OSError:
+            conn.close()
+            break
+        held.append(conn)
+    return held
+
+
+def faults() -> dict[str, Action]:
+    """Every fault the nemesis has, by name."""
+    return {
+        "kill_daemon": kill_daemon, "stop_daemon": stop_daemon,
+        "kill_harness": kill_harness, "stop_harness": stop_harness,
+        "kill_harness_keeper": kill_harness_keeper, "stop_harness_keeper": stop_harness_keeper,
+        "kill_harness_tool": kill_harness_tool, "stop_harness_tool": stop_harness_tool,
+        "kill_owner": kill_owner, "stop_owner": stop_owner,
+        "kill_owner_keeper": kill_owner_keeper, "stop_owner_keeper": stop_owner_keeper,
+        "kill_owner_tool": kill_owner_tool, "stop_owner_tool": stop_owner_tool,
+        "lock_store": lock_store, "copy_store": copy_store, "fill_disk": fill_disk,
+        "exhaust_fds": exhaust_fds, "half_frames": half_frames, "garbage": garbage,
+    }  # fmt: skip
+
+
+def alive(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False

@@ -1,0 +1,58 @@
+"""A ``ChildGroup`` owner for the campaign: ``owner.py DIR SEED``. It runs tools in a loop,
+each ``sh`` exiting with a code it chose (some leave a ``setsid`` sleeper behind), and writes
+what it asked and what ``run`` reported to ``DIR/results.jsonl``; each tool writes its pid to
+``DIR/<token>.pid`` and the group's keeper pid is kept in ``DIR/keeper``, so the nemesis can
+find them."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+
+import trio
+
+import tether
+
+RUN_TIMEOUT = 20.0
+
+
+def write(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def append(path: str, record: dict[str, object]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+async def main(directory: str, seed: int) -> None:
+    rng = random.Random(seed)
+    results = os.path.join(directory, "results.jsonl")
+    async with tether.ChildGroup(f"torture-owner-{seed}", 1, grace=0.2) as group:
+        n = 0
+        while True:
+            write(os.path.join(directory, "keeper"), str(group.keeper_pid or ""))
+            n += 1
+            token = f"o{seed}-{n}"
+            code = rng.choice([0, 0, 1, 3, 42])
+            sleep = rng.choice([0.0, 0.05, 0.2, 0.5, 1.0])
+            escape = "setsid sleep 300 & " if rng.random() < 0.2 else ""
+            script = f'echo $$ > "$0.pid"; {escape}sleep {sleep}; exit {code}'
+            marker = os.path.join(directory, token)
+            record: dict[str, object] = {"token": token, "expect": code}
+            try:
+                result = await group.run(["sh", "-c", script, marker], timeout=RUN_TIMEOUT)
+            except tether.SpawnError as exc:
+                record["error"] = type(exc).__name__
+            else:
+                record.update(got=result.returncode, lost=result.status_lost,
+                              timed_out=result.timed_out)  # fmt: skip
+            append(results, record)
+
+
+if __name__ == "__main__":
+    trio.run(main, sys.argv[1], int(sys.argv[2]))
