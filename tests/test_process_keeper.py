@@ -418,8 +418,9 @@ async def test_issue_26_row_2_a_status_nobody_can_tell_is_lost_not_zero(
 
 async def test_issue_26_row_3_a_stopped_keeper_is_a_typed_error_within_its_deadline() -> None:
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
-        assert group._keeper is not None
-        group._keeper.timeout = 0.5
+        keeper_ = group._keepers.current
+        assert keeper_ is not None
+        keeper_.timeout = 0.5
         keeper = psutil.Process(group.keeper_pid)
         keeper.suspend()
         with trio.fail_after(0.5 + HEADROOM), pytest.raises(KeeperUnresponsive):
@@ -451,3 +452,22 @@ async def test_issue_26_row_3_a_keeper_stopped_mid_run_ends_the_run_with_its_sta
         assert (result.returncode, result.timed_out) == (6, False)
         await wait_until(lambda: not keeper.is_running())
     assert zombie_children() == []
+
+
+async def test_issue_26_a_keeper_killed_during_a_spawn_is_a_typed_error() -> None:
+    """The keeper dies with a spawn asked and unanswered: ``KeeperUnresponsive`` at once (the
+    program may or may not have started), and the group goes on with another keeper."""
+    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+        keeper = psutil.Process(group.keeper_pid)
+        keeper.suspend()
+
+        async def kill_it() -> None:
+            await trio.sleep(0.2)
+            keeper.kill()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_it)
+            with trio.fail_after(HEADROOM), pytest.raises(KeeperUnresponsive, match="died"):
+                await group.spawn(["true"])
+        await wait_until(lambda: group.keeper_pid not in (None, keeper.pid))
+        assert await (await group.spawn(["sh", "-c", "exit 9"])).wait() == 9

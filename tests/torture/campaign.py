@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,26 +67,31 @@ class Report:
 
 
 @contextlib.asynccontextmanager
-async def world(run_id: str) -> AsyncIterator[World]:
-    """A fresh world: its daemon, sessions and owners running; everything stopped after."""
-    with tempfile.TemporaryDirectory(prefix="tether-torture-") as tmp:
-        root = Path(tmp)
-        root.chmod(0o700)
-        (root / "state").mkdir(mode=0o700)
-        mounted = _mount(root / "state")
-        sessions = [f"t{run_id}-{i}" for i in range(SESSIONS)]
-        here = World(root, sessions)
-        try:
-            here.start_daemon()
-            await here.listening()
-            for slot in range(OWNERS):
-                here.start_owner(slot)
-            yield here
-        finally:
-            with trio.CancelScope(shield=True):
-                await _teardown(here)
-            if mounted:
-                subprocess.run(["umount", "-l", str(root / "state")], check=False)
+async def world(run_id: str, keep: list[bool]) -> AsyncIterator[World]:
+    """A fresh world: its daemon, sessions and owners running; everything stopped after, and
+    its directory removed unless ``keep[0]`` is set by then (a failed seed's evidence)."""
+    root = Path(tempfile.mkdtemp(prefix="tether-torture-"))
+    root.chmod(0o700)
+    (root / "state").mkdir(mode=0o700)
+    mounted = _mount(root / "state")
+    sessions = [f"t{run_id}-{i}" for i in range(SESSIONS)]
+    here = World(root, sessions)
+    try:
+        here.start_daemon()
+        await here.listening()
+        for slot in range(OWNERS):
+            here.start_owner(slot)
+        yield here
+    finally:
+        with trio.CancelScope(shield=True):
+            await _teardown(here)
+        if keep[0]:
+            evidence = root.with_name(root.name + "-evidence")
+            shutil.copytree(root, evidence, ignore=shutil.ignore_patterns("ballast"))
+            print(f"the failed world is kept in {evidence}", flush=True)
+        if mounted:
+            subprocess.run(["umount", "-l", str(root / "state")], check=False)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _mount(path: Path) -> bool:
@@ -132,14 +139,15 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
     """Run ``steps`` steps of seed ``seed`` (or as many as fit in ``seconds``)."""
     report = Report(seed)
     rng = random.Random(seed)
-    actions = {"send": None, "start": nemesis.start, **nemesis.faults()}
+    sends = nemesis.Sends()
+    actions = {"send": nemesis.sender(sends), "start": nemesis.starter(sends),
+               **nemesis.faults()}  # fmt: skip
     names = list(WEIGHTS)
     weights = [WEIGHTS[name] for name in names]
-    sends = nemesis.Sends()
-    actions["send"] = nemesis.sender(sends)
     watch = invariants.Watch()
     began = time.monotonic()
-    async with world(f"{seed}-{os.getpid()}") as here, trio.open_nursery() as background:
+    keep = [False]
+    async with world(f"{seed}-{os.getpid()}", keep) as here, trio.open_nursery() as background:
         for step in range(1, steps + 1):
             if seconds is not None and time.monotonic() - began > seconds:
                 break
@@ -148,9 +156,7 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
             if name == "send" and sends.running > 20:
                 name = "start"
             await _doom(here, watch, name)
-            action = actions[name]
-            assert action is not None
-            said = await action(here, rng, background)
+            said = await actions[name](here, rng, background)
             report.faults[name] += 1
             report.log.append(f"{step} {time.monotonic() - began:7.2f}s {said}")
             for violation in await _check(here, watch, sends):
@@ -161,6 +167,7 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
         if not report.violations:
             for violation in await _settle(here, watch, sends):
                 report.violations.append((report.steps, *violation))
+        keep[0] = bool(report.violations)
         background.cancel_scope.cancel()
     report.checks = watch.counts
     report.seconds = time.monotonic() - began
@@ -185,15 +192,14 @@ async def _check(
     watch.doomed = [d for d in watch.doomed if d.killed > 0]
     found = invariants.no_survivor(here, watch) + invariants.no_zombie(here, watch, here.spawned)
     found += invariants.healthy_harnesses(here, watch)
-    found += invariants.daemon_memory(here)
+    found += invariants.daemon_memory(here, watch)
     for owner in [*here.owners.values(), *here.retired]:
-        found += invariants.honest_status(owner.results(), here, f"owner {owner.seed}")
+        rows = watch.new(f"owner {owner.seed}", owner.results())
+        found += invariants.honest_status(rows, here, watch, f"owner {owner.seed}")
     for session in here.sessions:
-        found += invariants.honest_status(here.received(session), here, session)
-    found += invariants.answered(sends.done)
-    watch.count("honest_status")
-    watch.count("answered")
-    watch.count("daemon_memory")
+        rows = watch.new(session, here.received(session))
+        found += invariants.honest_status(rows, here, watch, session)
+    found += invariants.answered(here, watch, watch.new("requests", sends.done))
     return found
 
 
@@ -220,10 +226,8 @@ async def _settle(
             found += invariants.no_survivor(here, watch)
             await trio.sleep(0.1)
     for session in here.sessions:
-        found += invariants.acknowledged(here, session)
-    found += invariants.delivered(here, sends.done)
-    watch.count("acknowledged", len(here.sessions))
-    watch.count("delivered")
+        found += invariants.acknowledged(here, watch, session)
+    found += invariants.delivered(here, watch, sends.done)
     return found
 
 
@@ -242,7 +246,7 @@ def main(argv: list[str]) -> int:
     checks: collections.Counter[str] = collections.Counter()
     failed = 0
     for seed in seeds:
-        report = trio.run(run, seed, args.steps, *(), **{"seconds": args.seconds})
+        report = trio.run(functools.partial(run, seed, args.steps, seconds=args.seconds))
         print(report.text(), flush=True)
         total.update(report.faults)
         checks.update(report.checks)

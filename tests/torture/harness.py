@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from tether import HarnessContext, Receiver, run_harness
+from tether import HarnessContext, Receiver, SpawnError, run_harness
 from tether.harness import Command
 from tether.wire import Prompt
 
@@ -39,7 +39,11 @@ async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
         escape = "setsid sleep 300 & " if order.get("escape") else ""
         script = f'echo $$ > "$0.pid"; {escape}sleep {sleep}; exit {code}'
         marker = os.path.join(os.environ["TETHER_STATE_DIR"], token)
-        result = await ctx.run_tool("torture", ["sh", "-c", script, marker], timeout=30)
+        try:
+            result = await ctx.run_tool("torture", ["sh", "-c", script, marker], timeout=30)
+        except SpawnError as exc:  # its keeper died during the spawn: answered `error`
+            note({"token": token, "expect": code, "error": type(exc).__name__})
+            continue
         note({"token": token, "expect": code, "got": result.returncode,
               "lost": result.status_lost, "timed_out": result.timed_out})  # fmt: skip
 

@@ -50,12 +50,19 @@ class Watch:
     """Every harness pid seen, by its session."""
     dead: set[int] = attrs.Factory(set)
     """Harness pids whose death was already judged."""
-    checked_results: int = 0
+    checked: dict[str, int] = attrs.Factory(dict)
+    """How many rows of each source (a results file, the requests) were checked already."""
     counts: dict[str, int] = attrs.Factory(dict)
     """How many times each invariant was checked."""
 
     def count(self, name: str, n: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + n
+
+    def new(self, source: str, rows: list[dict[str, object]]) -> list[dict[str, object]]:
+        """The rows of ``source`` not checked yet (a source only ever grows)."""
+        start = self.checked.get(source, 0)
+        self.checked[source] = len(rows)
+        return rows[start:]
 
 
 def group_of(session: str) -> set[tuple[int, float]]:
@@ -97,7 +104,7 @@ def no_survivor(world: World, watch: Watch) -> list[Violation]:
         left = {ident for ident in doomed.tree if _exists(ident)}
         if not left:
             watch.doomed.remove(doomed)
-            watch.count("no_survivor")
+            watch.count("no_survivor", len(doomed.tree))
         elif now - since > BOUND + HEADROOM:
             watch.doomed.remove(doomed)
             found.append(("no_survivor", f"owner {doomed.owner.seed}: {sorted(left)} alive"
@@ -130,17 +137,20 @@ def no_zombie(world: World, watch: Watch, mine: set[int]) -> list[Violation]:
             found.append(("no_zombie", f"pid {ident[0]} a zombie of {parent} for"
                           f" {now - first:.1f}s"))  # fmt: skip
     watch.zombies = {ident: t for ident, t in watch.zombies.items() if ident in seen}
-    watch.count("no_zombie")
+    watch.count("no_zombie")  # scans of the whole tree
     return found
 
 
-def honest_status(rows: Iterable[dict[str, object]], world: World, where: str) -> list[Violation]:
+def honest_status(
+    rows: Iterable[dict[str, object]], world: World, watch: Watch, where: str
+) -> list[Violation]:
     """A tool's reported status is the one it exited with, its signal if the nemesis killed
     it, or lost, never a made-up one; and never success for a tool that failed."""
     found: list[Violation] = []
     for row in rows:
         if "got" not in row:
             continue
+        watch.count("honest_status")
         got, expect = row["got"], row["expect"]
         if row.get("lost") or row.get("timed_out") or got == expect:
             continue
@@ -154,16 +164,8 @@ def honest_status(rows: Iterable[dict[str, object]], world: World, where: str) -
 
 
 def _signalled(world: World, token: str) -> bool:
-    """Whether the nemesis signalled the tool that ran for ``token`` (its pid file)."""
-    for base in [world.state / session for session in world.sessions] + [
-        owner.directory for owner in [*world.owners.values(), *world.retired]
-    ]:
-        try:
-            pid = int((base / f"{token}.pid").read_text())
-        except (FileNotFoundError, ValueError):
-            continue
-        return pid in world.facts.killed or bool(world.facts.stops.get(pid))
-    return False
+    """Whether the nemesis signalled the tool that ran for ``token``."""
+    return token in world.facts.tools
 
 
 def healthy_harnesses(world: World, watch: Watch) -> list[Violation]:
@@ -204,7 +206,7 @@ def _why(world: World, pid: int) -> str:
     return "; ".join(said[-3:]) or "no event names it"
 
 
-def acknowledged(world: World, session: str) -> list[Violation]:
+def acknowledged(world: World, watch: Watch, session: str) -> list[Violation]:
     """Every tool result the harness acknowledged is in its transcript, as it was reported."""
     found: list[Violation] = []
     path = world.state / session / f"{session}.jsonl"
@@ -222,7 +224,10 @@ def acknowledged(world: World, session: str) -> list[Violation]:
         token = row.get("token")
         if token is None:
             continue
+        watch.count("acknowledged")
         result = results.get(str(token))
+        if result is None and "error" in row:
+            continue  # the spawn failed: its call may be answered `error`, or not written
         if result is None:
             found.append(("acknowledged", f"{session}: {token} acknowledged, not in the"
                           " transcript"))  # fmt: skip
@@ -236,7 +241,7 @@ def acknowledged(world: World, session: str) -> list[Violation]:
     return found
 
 
-def delivered(world: World, sends: Iterable[dict[str, object]]) -> list[Violation]:
+def delivered(world: World, watch: Watch, sends: Iterable[dict[str, object]]) -> list[Violation]:
     """A prompt acknowledged as delivered reached that harness's engine, unless that harness
     was killed, stopped or met a full disk afterwards (issue 27 makes even those redeliver)."""
     found: list[Violation] = []
@@ -249,6 +254,7 @@ def delivered(world: World, sends: Iterable[dict[str, object]]) -> list[Violatio
         answer = send.get("delivered")
         if not isinstance(answer, dict):
             continue
+        watch.count("delivered")
         pid = answer["pid"]
         if pid in received.get(str(answer["prompt_id"]), set()):
             continue
@@ -261,23 +267,34 @@ def delivered(world: World, sends: Iterable[dict[str, object]]) -> list[Violatio
     return found
 
 
-def answered(sends: Iterable[dict[str, object]]) -> list[Violation]:
-    """Every request ends within its bound, in success or a documented refusal."""
+EX_PROTOCOL = 76
+"""``tether``'s exit when the daemon closed the connection without an answer."""
+
+
+def answered(world: World, watch: Watch, sends: Iterable[dict[str, object]]) -> list[Violation]:
+    """Every request ends within its bound, in success or a documented refusal (or, if the
+    nemesis killed the daemon while it waited, in saying the daemon went away)."""
     found: list[Violation] = []
     for send in sends:
+        watch.count("answered")
+        code, stderr = send.get("code"), str(send.get("stderr"))
+        started, ended = float(send["started"]), float(send["ended"])  # type: ignore[arg-type]
         if send.get("hung"):
-            found.append(("answered", f"send to {send['session']} hung past its bound"))
-        elif send.get("code") not in EXIT_CODES:
-            found.append(("answered", f"send to {send['session']} exited {send.get('code')}:"
-                          f" {str(send.get('stderr'))[-300:]}"))  # fmt: skip
-        elif "Traceback" in str(send.get("stderr")):
-            found.append(("answered", f"send to {send['session']}: a traceback"))
+            found.append(("answered", f"{send['op']} {send['session']} hung past its bound"))
+        elif code == EX_PROTOCOL and world.facts.daemon_killed_between(started, ended):
+            continue
+        elif code not in EXIT_CODES:
+            found.append(("answered", f"{send['op']} {send['session']} exited {code}:"
+                          f" {stderr.strip()[-300:]}"))  # fmt: skip
+        elif "Traceback" in stderr:
+            found.append(("answered", f"{send['op']} {send['session']}: a traceback"))
     return found
 
 
-def daemon_memory(world: World) -> list[Violation]:
+def daemon_memory(world: World, watch: Watch) -> list[Violation]:
     if world.daemon is None:
         return []
+    watch.count("daemon_memory")
     try:
         rss = psutil.Process(world.daemon.pid).memory_info().rss
     except psutil.Error:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import json
 import os
 import random
@@ -51,9 +50,20 @@ class Sends:
     running: int = 0
 
 
+def _note_tool(world: World, pid: int) -> None:
+    """Note the token of the tool ``pid`` runs (its ``sh -c SCRIPT MARKER``)."""
+    try:
+        argv = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return
+    if len(argv) == 4 and argv[0] == "sh":
+        world.facts.tools.add(os.path.basename(argv[3]))
+
+
 def kill(world: World, pid: int | None, what: str) -> str:
     if pid is None:
         return f"no {what} to kill"
+    _note_tool(world, pid)
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -65,6 +75,7 @@ def kill(world: World, pid: int | None, what: str) -> str:
 def stop(world: World, pid: int | None, what: str, seconds: float, nursery: trio.Nursery) -> str:
     if pid is None:
         return f"no {what} to stop"
+    _note_tool(world, pid)
     try:
         os.kill(pid, signal.SIGSTOP)
     except ProcessLookupError:
@@ -94,40 +105,48 @@ def _owner(world: World, rng: random.Random) -> int:
 # -- ordinary work -------------------------------------------------------------------------
 
 
+def _request(world: World, sends: Sends, nursery: trio.Nursery, *args: str) -> None:
+    """Run ``tether ARGS`` in the background and keep how it ended in ``sends``."""
+
+    async def run() -> None:
+        sends.running += 1
+        started = time.monotonic()
+        try:
+            answer = await world.tether(*args, bound=120)
+        finally:
+            sends.running -= 1
+        record: dict[str, object] = {"op": args[0], "session": args[1], "started": started,
+                                     "ended": time.monotonic()}  # fmt: skip
+        if answer is None:
+            record["hung"] = True
+        else:
+            record["code"], out, record["stderr"] = answer
+            if answer[0] == 0 and args[0] == "send":
+                record["delivered"] = json.loads(out)
+        sends.done.append(record)
+
+    nursery.start_soon(run)
+
+
 def sender(sends: Sends) -> Action:
     async def send(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
         session = _session(world, rng)
         token = f"h{uuid.uuid4().hex[:10]}"
         order = {"token": token, "code": rng.choice([0, 0, 2, 7]),
                  "sleep": rng.choice([0.0, 0.1, 0.5]), "escape": rng.random() < 0.2}  # fmt: skip
-
-        async def run() -> None:
-            sends.running += 1
-            started = time.monotonic()
-            try:
-                answer = await world.tether("send", session, json.dumps(order), bound=120)
-            finally:
-                sends.running -= 1
-            record: dict[str, object] = {"session": session, "order": order,
-                                         "took": time.monotonic() - started}  # fmt: skip
-            if answer is None:
-                record["hung"] = True
-            else:
-                record["code"], out, record["stderr"] = answer
-                if answer[0] == 0:
-                    record["delivered"] = json.loads(out)
-            sends.done.append(record)
-
-        nursery.start_soon(run)
+        _request(world, sends, nursery, "send", session, json.dumps(order))
         return f"send {token} to {session}"
 
     return send
 
 
-async def start(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    session = _session(world, rng)
-    nursery.start_soon(functools.partial(world.tether, "start", session, bound=120))
-    return f"start {session}"
+def starter(sends: Sends) -> Action:
+    async def start(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+        session = _session(world, rng)
+        _request(world, sends, nursery, "start", session)
+        return f"start {session}"
+
+    return start
 
 
 # -- the daemon ----------------------------------------------------------------------------
@@ -137,7 +156,9 @@ async def kill_daemon(world: World, rng: random.Random, nursery: trio.Nursery) -
     assert world.daemon is not None
     old = world.daemon
     said = kill(world, old.pid, "daemon")
+    world.facts.daemon_killed.append(time.monotonic())
     await trio.to_thread.run_sync(old.wait)
+    world.spawned.discard(old.pid)
     down = time.monotonic()
     world.start_daemon()
     await world.listening()
@@ -202,6 +223,7 @@ async def kill_owner(world: World, rng: random.Random, nursery: trio.Nursery) ->
     owner = world.owners.pop(slot)
     said = kill(world, owner.process.pid, f"owner {owner.seed}")
     await trio.to_thread.run_sync(owner.process.wait)
+    world.spawned.discard(owner.process.pid)
     world.retired.append(owner)
     world.start_owner(slot)
     return said
@@ -304,16 +326,21 @@ async def fill_disk(world: World, rng: random.Random, nursery: trio.Nursery) -> 
 
 
 def _fill(path: Path) -> int:
+    """Write zeros to ``path`` until the disk is full; how many bytes went in."""
     written = 0
-    with open(path, "wb") as f:
-        block = b"\0" * (1 << 20)
-        try:
-            while True:
-                written += f.write(block)
-                f.flush()
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
+    block = b"\0" * (1 << 20)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        return 0
+    try:
+        while True:
+            written += os.write(fd, block)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)
     return written
 
 
@@ -332,22 +359,28 @@ async def exhaust_fds(world: World, rng: random.Random, nursery: trio.Nursery) -
 
 
 async def half_frames(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    count = rng.randint(20, 200)
-    held = _connect_many(world.socket, count)
-    for conn in held:
-        size = rng.choice([5, 100, 4000, 1 << 20])
-        try:
-            conn.send(struct.pack(">I", size) + os.urandom(min(size - 1, 60_000)))
-        except OSError:
-            continue
+    """Connections that each announce a frame and keep sending all of it but its last byte,
+    for a while (the daemon's memory must stay bounded)."""
+    held = _connect_many(world.socket, rng.randint(50, 400))
+    frames = []
+    for _ in held:
+        size = rng.choice([5, 100, 4000, 200_000, 1 << 20])
+        frames.append(struct.pack(">I", size) + b"x" * (size - 1))
+    sent = [0] * len(held)
     seconds = rng.uniform(0.5, 3.0)
 
-    async def release() -> None:
-        await trio.sleep(seconds)
+    async def push() -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for i, (conn, data) in enumerate(zip(held, frames, strict=True)):
+                if sent[i] < len(data):
+                    with contextlib.suppress(OSError):
+                        sent[i] += conn.send(data[sent[i] : sent[i] + 65536])
+            await trio.sleep(0.02)
         for conn in held:
             conn.close()
 
-    nursery.start_soon(release)
+    nursery.start_soon(push)
     return f"{len(held)} half-written frames for {seconds:.1f}s"
 
 

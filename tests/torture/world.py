@@ -42,6 +42,12 @@ class Facts:
     disk_full: list[tuple[float, float]] = attrs.Factory(list)
     daemon_down: list[tuple[float, float]] = attrs.Factory(list)
     """The daemon was killed (until its successor listened) or stopped."""
+    daemon_killed: list[float] = attrs.Factory(list)
+    tools: set[str] = attrs.Factory(set)
+    """The tokens of the tools the nemesis signalled (read from their command lines)."""
+
+    def daemon_killed_between(self, start: float, end: float) -> bool:
+        return any(start <= at <= end for at in self.daemon_killed)
 
     def stopped_for(self, pid: int, since: float = 0.0) -> float:
         """The longest stop of ``pid`` that ended after ``since``."""

@@ -15,7 +15,7 @@ escalation of ``_teardown.stop_processes`` inside a shielded scope bounded by
 
 from __future__ import annotations
 
-import functools
+import enum
 import itertools
 import logging
 import os
@@ -28,8 +28,8 @@ import trio
 
 from ._activity import ToolActivity
 from ._adoptive import OrphanReaper
-from ._child import REPORT_TIMEOUT, Child
-from ._keeper import Keeper, KeeperUnavailable
+from ._child import Child
+from ._keepers import Keepers
 from ._proc import become_subreaper
 from ._ref import ProcessRef
 from ._result import OnStall, RunResult, ToolStall
@@ -54,8 +54,15 @@ _group_ids = itertools.count(1)
 
 RECHECKS = 3
 RECHECK_DELAY = 0.005
-REPORT_WAIT = 1.0
-"""Seconds the group waits, at its exit, for the keeper's reports of its children's exits."""
+
+
+class GroupState(enum.Enum):
+    """Where a ``ChildGroup`` is in its life."""
+
+    NEW = "new"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
 
 
 @final
@@ -97,10 +104,12 @@ class ChildGroup:
         self.reap_interval = reap_interval
         self._children: list[Child] = []
         self._group_id = f"{os.getpid()}-{next(_group_ids)}-{os.urandom(3).hex()}"
-        self._state = "new"
+        self._state = GroupState.NEW
         self._want_keeper = keeper and hasattr(os, "pidfd_open")
-        self._keeper: Keeper | None = None
-        self._keeper_lost = False
+        self._keepers = Keepers(
+            session, grace, f"{GROUP_VAR}={self._group_id}",
+            lambda: self._state in (GroupState.NEW, GroupState.OPEN), self._adopt_orphans,
+        )  # fmt: skip
         self._reaper = OrphanReaper(self._group_id, self._sessions, reap_interval)
         self._nursery: trio.Nursery | None = None
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
@@ -108,7 +117,7 @@ class ChildGroup:
     def __repr__(self) -> str:
         return (
             f"<tether.ChildGroup session={self.session!r} epoch={self.epoch}"
-            f" {self._state} children={len(self._children)}>"
+            f" {self._state.value} children={len(self._children)}>"
         )
 
     @property
@@ -119,34 +128,17 @@ class ChildGroup:
     @property
     def keeper_pid(self) -> int | None:
         """The pid of the group's keeper, while it runs (``None`` without one)."""
-        return self._keeper.pid if self._keeper is not None and self._keeper.alive else None
+        return self._keepers.pid
 
     async def __aenter__(self) -> Self:
-        if self._state != "new":
+        if self._state is not GroupState.NEW:
             raise RuntimeError("a ChildGroup can be entered once")
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
-        if not self._want_keeper or not await self._start_keeper():
+        if not self._want_keeper or not await self._keepers.start(self._nursery):
             await self._adopt_orphans()
-        self._state = "open"
+        self._state = GroupState.OPEN
         return self
-
-    async def _start_keeper(self) -> bool:
-        """Start a keeper and serve it; whether one runs."""
-        assert self._nursery is not None
-        try:
-            keeper = await Keeper.start(self.grace, f"{GROUP_VAR}={self._group_id}")
-        except KeeperUnavailable as exc:
-            logger.warning("session %s: %s; the group has no keeper", self.session, exc)
-            return False
-        if self._state not in ("new", "open"):  # the group closed while it started
-            with trio.CancelScope(shield=True):
-                await keeper.close()
-            return False
-        keeper.on_lost = functools.partial(self._lost, keeper)
-        self._keeper = keeper
-        self._nursery.start_soon(keeper.serve, name=f"tether keeper {self.session}")
-        return True
 
     async def __aexit__(
         self,
@@ -159,9 +151,10 @@ class ChildGroup:
         finally:
             assert self._nursery_manager is not None
             self._reaper.stop()
-            if self._keeper is not None and self._keeper.alive:  # aclose failed part way
+            keeper = self._keepers.current
+            if keeper is not None and keeper.alive:  # aclose failed part way
                 with trio.CancelScope(shield=True):
-                    await self._keeper.close()  # else its reader below would wait forever
+                    await keeper.close()  # else its reader below would wait forever
             # The reaper and the keeper's reader never raise; the body's own exception
             # propagates on its own.
             await self._nursery_manager.__aexit__(None, None, None)
@@ -170,37 +163,6 @@ class ChildGroup:
         become_subreaper()
         assert self._nursery is not None
         await self._nursery.start(self._reaper.run, name=f"tether orphan reaper {self.session}")
-
-    def _lost(self, keeper: Keeper) -> None:
-        """A keeper is gone. At the group's close that is as it should be; before, it was
-        killed: its children went to the nearest subreaper or init, their statuses come from
-        the kernel, and a new keeper is started, which stops them by their mark if this
-        process dies (ADR 0031). Until it runs, spawns happen in this process."""
-        if self._state != "open":
-            return
-        assert self._nursery is not None
-        self._keeper_lost = True
-        logger.error(
-            "session %s: keeper pid %d died; starting another, which stops its processes by"
-            " their mark",
-            self.session,
-            keeper.pid,
-        )
-        for child in keeper.unreported():
-            self._nursery.start_soon(child.without_keeper)
-        self._nursery.start_soon(self._replace_keeper, keeper)
-
-    async def _replace_keeper(self, lost: Keeper) -> None:
-        with trio.CancelScope(shield=True):
-            await lost.close()  # it is dead: this reaps it
-        if self._state != "open" or self._keeper is not lost:
-            return
-        if not await self._start_keeper() and self._state == "open":
-            await self._adopt_orphans()
-
-    def _keeper_silent(self, keeper: Keeper, child: Child) -> None:
-        why = f"pid {child.pid} exited and it said nothing for {REPORT_TIMEOUT:g}s"
-        keeper.unresponsive(why)  # the child's own keeper (nothing if it is gone already)
 
     def _sessions(self) -> set[int]:
         return {child.pid for child in self._children}
@@ -237,8 +199,10 @@ class ChildGroup:
             SpawnError: the program cannot be executed; nothing was started.
             RuntimeError: the group is not open.
         """
-        if self._state != "open":
-            raise RuntimeError(f"this ChildGroup is {self._state}; spawn inside `async with`")
+        if self._state is not GroupState.OPEN:
+            raise RuntimeError(
+                f"this ChildGroup is {self._state.value}; spawn inside `async with`"
+            )
         if replace_twins:
             await self.replace_twins()
         full_env = dict(os.environ if env is None else env)
@@ -250,29 +214,22 @@ class ChildGroup:
                 full_env.setdefault(var, os.environ[var])
         directory = None if cwd is None else os.fspath(cwd)
         label = name or (os.path.basename(argv[0]) if argv else "")
-        keeper = self._keeper
         path, args = prepare(argv, full_env, directory)
         stdio = Stdio(stdin, stdout, stderr)
         try:
-            if keeper is not None and keeper.alive:
-                ref = await keeper.spawn(argv[0], path, args, full_env, stdio.child_fds)
-                child = Child._create(ref, argv, label, self.grace, kept=True)
-                child.on_silent = functools.partial(self._keeper_silent, keeper)
-                keeper.watch(child)
-            else:
+            child = await self._keepers.spawn(
+                argv, path, args, full_env, stdio.child_fds, label
+            )
+            if child is None:
                 pid = spawn_process(argv, full_env, directory, fds=stdio.child_fds)
                 child = Child._create(ProcessRef.of(pid), argv, label, self.grace)
+                await trio.lowlevel.checkpoint()
         except BaseException:
             stdio.failed()
             raise
         stdio.spawned()
         child.stdin, child.stdout, child.stderr = stdio.stdin, stdio.stdout, stdio.stderr
         child.pipes = stdio.pipe_fds()
-        if child._kept:
-            assert keeper is not None
-            await keeper.ack(child.pid)
-        else:
-            await trio.lowlevel.checkpoint()
         self._children.append(child)
         logger.info(
             "spawned %s pid=%d session=%s epoch=%d", child.name, child.pid, self.session, self.epoch
@@ -354,21 +311,21 @@ class ChildGroup:
         process carrying its mark wherever it went."""
         stats = snapshot()
         keeper = self.keeper_pid
-        if keeper is not None and not self._keeper_lost:
+        if keeper is not None and not self._keepers.lost:
             return refs(descendants(stats, [keeper]))
         roots = {child.pid for child in self._children if not child.done}
         roots |= self._reaper.orphans(stats)
         if keeper is not None:
             roots |= descendants(stats, [keeper])
-        if self._keeper_lost:
+        if self._keepers.lost:
             roots |= {pid for pid in stats if self._reaper.marked(pid)}
         return refs(roots | descendants(stats, roots))
 
     async def aclose(self) -> None:
         """Stop every tree and reap; idempotent. Bounded by ``2 * grace + 1`` seconds."""
-        if self._state == "closed":
+        if self._state is GroupState.CLOSED:
             return
-        self._state = "closing"
+        self._state = GroupState.CLOSING
         self._reaper.stop()
         leaders = [child.ref for child in self._children]
         bound = trio.current_time() + 2 * self.grace + KILL_WAIT
@@ -387,21 +344,7 @@ class ChildGroup:
                 "session %s: survivor after teardown: %s", self.session, survivor.describe()
             )
         with trio.CancelScope(shield=True):
-            await self._close_keeper()
+            await self._keepers.close(self._children)
         for child in self._children:
             child.close_streams()
-        self._state = "closed"
-
-    async def _close_keeper(self) -> None:
-        """Wait (bounded) for the keeper's last reports, then let it go."""
-        keeper = self._keeper
-        if keeper is None:
-            return
-        with trio.move_on_after(REPORT_WAIT):
-            for child in self._children:
-                if not child.done and keeper.alive:
-                    await child.wait()
-        await keeper.close()
-        with trio.move_on_after(REPORT_WAIT):  # they were stopped: the kernel has the rest
-            for child in keeper.unreported():
-                await child.without_keeper()
+        self._state = GroupState.CLOSED

@@ -46,13 +46,13 @@ class KeeperUnavailable(RuntimeError):
 
 
 class KeeperUnresponsive(SpawnError):
-    """The group's keeper did not answer a spawn within its deadline (it was stopped, say):
-    it was killed, the group goes on without it, and whether the program started is not
-    known (if it did, it carries the group's mark and is stopped with the group)."""
+    """The group's keeper failed a spawn: it did not answer within its deadline (it was
+    stopped, say: it is killed) or it died before it answered. The group goes on with
+    another keeper; whether the program started is not known (if it did, it carries the
+    group's mark and is stopped with the group)."""
 
-    def __init__(self, program: str, keeper: int, timeout: float) -> None:
-        detail = f"the group's keeper (pid {keeper}) did not answer within {timeout:g}s"
-        super().__init__(program, errno.ETIMEDOUT, detail)
+    def __init__(self, program: str, keeper: int, detail: str) -> None:
+        super().__init__(program, errno.ETIMEDOUT, f"the group's keeper (pid {keeper}) {detail}")
         self.keeper = keeper
 
 
@@ -145,8 +145,10 @@ class Keeper:
         target to ours, set up in the child); its identity. ``watch`` and ``ack`` it next.
 
         Raises:
-            KeeperUnresponsive: the keeper did not answer within ``timeout`` (it was killed).
-            SpawnError: the keeper could not start it, or is gone.
+            KeeperUnresponsive: the keeper did not answer within ``timeout`` (it was killed),
+                or died before it answered.
+            SpawnError: the keeper could not start it, or was gone before it was asked
+                (``ECHILD``: nothing was started).
         """
         targets = list((fds or {}).keys())
         sources = [(fds or {})[t] for t in targets]
@@ -162,10 +164,10 @@ class Keeper:
                 await self._replied.wait()
             if deadline.cancelled_caught:
                 self.unresponsive(f"it did not answer a spawn within {self.timeout:g}s")
-                raise KeeperUnresponsive(program, self.pid, self.timeout)
+                raise KeeperUnresponsive(program, self.pid, f"did not answer in {self.timeout:g}s")
             reply, self._reply = self._reply, None
         if reply is None:
-            raise SpawnError(program, errno.ECHILD, "the group's keeper is gone")
+            raise KeeperUnresponsive(program, self.pid, "died before it answered")
         if reply["op"] == "failed":
             raise SpawnError(program, int(reply["errno"]))
         return ProcessRef.of(int(reply["pid"]))  # the keeper holds its zombie until our ack
