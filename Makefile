@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-lowest test-pythons docs bench clean etcd
+.PHONY: demo test test-matrix test-lowest test-pythons torture docs bench clean etcd
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,14 +29,23 @@ etcd:
 	    'apt-get install -y -q etcd-server || (apt-get update -q && apt-get install -y -q etcd-server)' \
 	  >/dev/null || echo "etcd-server could not be installed: the etcd tests will be skipped"
 
-# The whole suite: lint, types, the tests on this Python, then the tests again on the lowest
-# dependency versions pyproject.toml allows and on every other supported Python this machine
-# has (a missing one is named and skipped).
+# The suite a person waits for (under 10 minutes on 2 cores): lint, types, and the tests on
+# this Python, a 40-second slice of the fault campaign among them (tests/test_torture.py).
 test: $(VENV)/.installed-test etcd
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy --strict src
 	$(BIN)/python -m pytest
-	$(MAKE) --no-print-directory test-lowest test-pythons
+
+# The slower matrix CI adds after `make test`: the tests again on the lowest dependency versions
+# pyproject.toml allows and on every other supported Python this machine has (a missing one is
+# named and skipped).
+test-matrix: test-lowest test-pythons
+
+# The whole fault campaign (ADR 0033): seeded, each failing seed printed with its replay command.
+TORTURE_SEEDS ?= 4
+TORTURE_STEPS ?= 500
+torture: $(VENV)/.installed-test
+	$(BIN)/python tests/torture/run.py --seeds $(TORTURE_SEEDS) --steps $(TORTURE_STEPS)
 
 OTHER_PYTHONS ?= 3.12 3.13
 

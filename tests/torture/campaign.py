@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from torture import invariants, nemesis
-from torture.world import World
+from torture.world import World, keeper_of
 
 WEIGHTS = {
     "send": 30, "start": 6,
@@ -67,9 +67,10 @@ class Report:
 
 
 @contextlib.asynccontextmanager
-async def world(run_id: str, keep: list[bool]) -> AsyncIterator[World]:
+async def world(run_id: str, keep: list[object]) -> AsyncIterator[World]:
     """A fresh world: its daemon, sessions and owners running; everything stopped after, and
-    its directory removed unless ``keep[0]`` is set by then (a failed seed's evidence)."""
+    its directory removed unless ``keep[0]`` is set by then (a failed seed's evidence, with
+    the steps that follow it in ``keep``)."""
     root = Path(tempfile.mkdtemp(prefix="tether-torture-"))
     root.chmod(0o700)
     (root / "state").mkdir(mode=0o700)
@@ -88,6 +89,7 @@ async def world(run_id: str, keep: list[bool]) -> AsyncIterator[World]:
         if keep[0]:
             evidence = root.with_name(root.name + "-evidence")
             shutil.copytree(root, evidence, ignore=shutil.ignore_patterns("ballast"))
+            (evidence / "steps.log").write_text("\n".join(keep[1:]))  # type: ignore[arg-type]
             print(f"the failed world is kept in {evidence}", flush=True)
         if mounted:
             subprocess.run(["umount", "-l", str(root / "state")], check=False)
@@ -146,7 +148,7 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
     weights = [WEIGHTS[name] for name in names]
     watch = invariants.Watch()
     began = time.monotonic()
-    keep = [False]
+    keep: list[object] = [False]
     async with world(f"{seed}-{os.getpid()}", keep) as here, trio.open_nursery() as background:
         for step in range(1, steps + 1):
             if seconds is not None and time.monotonic() - began > seconds:
@@ -167,7 +169,7 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
         if not report.violations:
             for violation in await _settle(here, watch, sends):
                 report.violations.append((report.steps, *violation))
-        keep[0] = bool(report.violations)
+        keep[:] = [bool(report.violations), *report.log]
         background.cancel_scope.cancel()
     report.checks = watch.counts
     report.seconds = time.monotonic() - began
@@ -179,7 +181,9 @@ async def _doom(here: World, watch: invariants.Watch, name: str) -> None:
     if name != "kill_owner":
         return
     for owner in here.owners.values():
-        watch.doomed.append(invariants.Doomed(owner, 0.0, invariants.group_of(owner.session)))
+        keepers = {pid for pid in [keeper_of(owner.process.pid)] if pid is not None}
+        tree = invariants.group_of(owner.session)
+        watch.doomed.append(invariants.Doomed(owner, 0.0, tree, keepers))
 
 
 async def _check(

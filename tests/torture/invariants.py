@@ -37,6 +37,8 @@ class Doomed:
     killed: float
     tree: set[tuple[int, float]]
     """``(pid, create_time)`` of every process of its group when it was killed."""
+    keepers: set[int]
+    """Its keepers then: a stopped one acts once it is resumed."""
 
 
 @attrs.define
@@ -97,9 +99,9 @@ def no_survivor(world: World, watch: Watch) -> list[Violation]:
     found: list[Violation] = []
     now = time.monotonic()
     for doomed in list(watch.doomed):
-        keeper = doomed.owner.keeper()
-        since = max(doomed.killed, world.facts.resumed_at(keeper) if keeper else 0.0)
-        if keeper is not None and world.facts.stopped_now(keeper):
+        resumed = [world.facts.resumed_at(keeper) for keeper in doomed.keepers]
+        since = max([doomed.killed, *resumed])
+        if any(world.facts.stopped_now(keeper) for keeper in doomed.keepers):
             continue
         left = {ident for ident in doomed.tree if _exists(ident)}
         if not left:

@@ -4,6 +4,7 @@ or an ``Error`` naming why."""
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any, Protocol
 
@@ -49,8 +50,14 @@ _CODES: tuple[tuple[type[BaseException], int], ...] = (
 )
 
 
+_TRANSIENT = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN}
+"""A spawn that failed for these may work when tried again."""
+
+
 def code_of(exc: BaseException) -> int:
     """The exit code a command-line client should use for ``exc``."""
+    if isinstance(exc, SpawnError) and exc.errno in _TRANSIENT:
+        return EX_TEMPFAIL
     for kind, code in _CODES:
         if isinstance(exc, kind):
             return code

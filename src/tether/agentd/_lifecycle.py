@@ -163,7 +163,13 @@ class Harnesses:
 
     async def sweep(self, session: Session, epoch: int) -> None:
         """Stop what a dead harness left behind: processes still marked with its epoch, its
-        host and this store (another daemon's harness of the same name is not ours)."""
+        host and this store (another daemon's harness of the same name is not ours). Nothing
+        is swept while a live harness of that epoch is the session's (it came back: its
+        tree is its own)."""
+        current = session.harness
+        alive = current is not None and current.epoch == epoch and not current.retired
+        if alive and current is not None and current.ref.is_alive():
+            return
         try:
             left = set(find_twins(session.name, epoch=epoch, host=self.host, store=self.store_id))
         except OSError as exc:  # EMFILE and friends: logged, never fatal

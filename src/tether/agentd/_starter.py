@@ -67,14 +67,13 @@ class Starter:
                 if harness.epoch != current:
                     await self.harnesses.supersede(session, harness, current)
                 elif await self.judge.healthy(harness):
-                    assert harness.link is not None
+                    # It answered: reattached, even if its link dropped since (it is
+                    # reconnecting; a new epoch would kill a healthy harness).
                     pid, epoch = harness.ref.pid, harness.epoch
-                    reattached = Attached(session.name, pid, epoch, "reattached")
-                    if not nudge:
-                        return reattached
-                    if await harness.link.send(Nudge()):
+                    link = harness.link
+                    if nudge and link is not None and await link.send(Nudge()):
                         self.sessions.emit(session, EventKind.REATTACHED, harness)
-                        return reattached
+                    return Attached(session.name, pid, epoch, "reattached")
                 else:
                     if not harness.retired:
                         patience = self.settings.patience

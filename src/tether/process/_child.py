@@ -134,7 +134,10 @@ class Child(metaclass=NoPublicConstructor):
         the kernel cannot give is settled as lost. Whether it is settled now."""
         if self.done:
             return True
-        stat = self.ref.stat()
+        try:
+            stat = self.ref.stat()
+        except OSError:  # no descriptor to spare: look again later
+            return False
         if stat is not None and stat.state != "Z":
             return False  # it runs
         if stat is not None and stat.exit_code is not None:

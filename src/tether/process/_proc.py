@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import fcntl
 import functools
 import logging
@@ -38,9 +39,17 @@ class Stat:
     """A zombie's wait status, as ``waitpid`` would give it (``None`` where unreadable)."""
 
 
-def read_stat(pid: int) -> Stat | None:
-    """``/proc/PID/stat`` of ``pid``, or ``None`` if it does not exist (or not on Linux)."""
-    fields = _stat_fields(pid)
+_SHORT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
+def read_stat(pid: int, *, strict: bool = False) -> Stat | None:
+    """``/proc/PID/stat`` of ``pid``, or ``None`` if it does not exist (or not on Linux).
+
+    Raises:
+        OSError: with ``strict``, the file could not be read for want of descriptors or
+            memory: the process may well exist (without ``strict`` that is ``None`` too).
+    """
+    fields = _stat_fields(pid, strict=strict)
     if fields is None:
         return None
     return Stat(
@@ -73,11 +82,13 @@ def has_arguments(pid: int) -> bool:
         return False
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
+def _stat_fields(pid: int, *, strict: bool = False) -> list[bytes] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
-    except OSError:
+    except OSError as exc:
+        if strict and exc.errno in _SHORT_OF:
+            raise
         return None
     # The command name may contain spaces and parentheses: split after the last ")".
     return raw[raw.rindex(b")") + 2 :].split()
@@ -155,3 +166,14 @@ def boot_id() -> str | None:
             return f.read().strip()
     except OSError:
         return None
+
+
+def exists(pid: int) -> bool:
+    """Whether some process has ``pid`` (zombie or not), asked without a descriptor."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

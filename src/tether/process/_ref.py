@@ -8,7 +8,7 @@ import os
 import attrs
 import psutil
 
-from ._proc import Stat, boot_id, pidfd_open, pidfd_send_signal, read_stat
+from ._proc import Stat, boot_id, exists, pidfd_open, pidfd_send_signal, read_stat
 
 
 @attrs.frozen
@@ -62,16 +62,25 @@ class ProcessRef:
         return cls(process.pid, process.create_time(), stat.start if stat is not None else None)
 
     def stat(self) -> Stat | None:
-        """``/proc/PID/stat`` if this process still exists (``None`` off Linux, or gone)."""
+        """``/proc/PID/stat`` if this process still exists (``None`` off Linux, or gone).
+
+        Raises:
+            OSError: ``/proc`` cannot be read now (no descriptor to spare): it may exist.
+        """
         if self._start is None:
             return None
-        stat = read_stat(self.pid)
+        stat = read_stat(self.pid, strict=True)
         return stat if stat is not None and stat.start == self._start else None
 
     def state(self) -> str | None:
-        """The kernel's one-letter state (``Z``: zombie); ``None`` once this process is gone."""
+        """The kernel's one-letter state (``Z``: zombie); ``None`` once this process is gone;
+        ``?`` while ``/proc`` cannot be read (no descriptor to spare) and the pid exists: a
+        process is never taken for gone because this one ran out of descriptors."""
         if self._start is not None:
-            stat = read_stat(self.pid)
+            try:
+                stat = read_stat(self.pid, strict=True)
+            except OSError:
+                return "?" if exists(self.pid) else None
             if stat is None or stat.start != self._start:
                 return None
             return stat.state

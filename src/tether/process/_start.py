@@ -8,7 +8,9 @@ the same escalation a group's exit uses.
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
 from collections.abc import Iterable, Mapping, Sequence
 
 import psutil
@@ -18,7 +20,7 @@ from ._child import Child
 from ._proc import read_stat
 from ._ref import ProcessRef
 from ._registry import SPAWNED
-from ._spawn import spawn_process
+from ._spawn import SpawnError, spawn_process
 from ._teardown import stop_processes, tree_of
 
 
@@ -38,11 +40,18 @@ async def start(
     then ``/dev/null``).
 
     Raises:
-        SpawnError: the program cannot be executed; nothing was started.
+        SpawnError: the program cannot be executed, or this process has no descriptor to
+            spare to watch it (``EMFILE``); nothing was left running.
     """
     full_env = dict(os.environ if env is None else env)
     pid = spawn_process(argv, full_env, None if cwd is None else os.fspath(cwd), output=output)
-    child = Child._create(ProcessRef.of(pid), argv, name or os.path.basename(argv[0]), grace)
+    try:
+        ref = ProcessRef.of(pid)
+    except OSError as exc:  # no descriptor to spare to read it: it cannot be watched
+        os.kill(pid, signal.SIGKILL)  # our unreaped child: the pid is still its own
+        await trio.to_thread.run_sync(os.waitpid, pid, 0)
+        raise SpawnError(argv[0], exc.errno or errno.EMFILE, f"{exc.strerror}; stopped") from exc
+    child = Child._create(ref, argv, name or os.path.basename(argv[0]), grace)
     await trio.lowlevel.checkpoint()
     return child
 

@@ -65,7 +65,10 @@ def _deliver(sig: int, targets: set[ProcessRef], groups: Collection[ProcessRef])
     confirmed: set[int] = set()
     loose: list[ProcessRef] = []
     for target in targets:
-        stat = target.stat()
+        try:
+            stat = target.stat()
+        except OSError:  # no descriptor to spare: signal it on its own
+            stat = None
         if stat is not None and stat.pgrp in leaders:
             confirmed.add(stat.pgrp)
         else:

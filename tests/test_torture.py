@@ -1,0 +1,22 @@
+"""The bounded slice of the fault campaign (issue 26, ADR 0033) that ``make test`` runs: one
+seed for at most ``SLICE`` seconds of steps against a real daemon, harnesses, keepers, tools
+and transcripts, then every invariant once the faults are undone. ``make torture`` runs the
+whole campaign; ``TETHER_TORTURE_SEED`` picks another seed here."""
+
+from __future__ import annotations
+
+import os
+
+from torture import campaign
+
+SLICE = 40.0
+"""Seconds of steps (then the campaign settles: about 10 s more)."""
+
+
+async def test_a_slice_of_the_fault_campaign_finds_no_violation() -> None:
+    seed = int(os.environ.get("TETHER_TORTURE_SEED", "1"))
+    report = await campaign.run(seed, 100_000, seconds=SLICE)
+    print(report.text())
+    assert report.violations == [], report.text()
+    assert report.steps >= 50
+    assert sum(report.checks.values()) > report.steps
