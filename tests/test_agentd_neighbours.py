@@ -27,7 +27,10 @@ from helpers import (
     unique_session,
     wait_until,
 )
-from test_agentd_faults import TETHER, cli_daemon, tether_cmd
+from test_agentd import running
+from test_agentd_faults import TETHER, cli_daemon, directory, tether_cmd
+
+__all__ = ["directory"]  # the fixture
 
 # Holds the write lock of the SQLite file argv[1] (a writer mid-transaction: a backup, a
 # sqlite3 shell) until its stdin closes; says "locked" once it holds it.
@@ -134,8 +137,8 @@ async def test_row_6_a_daemon_on_a_copy_of_the_store_leaves_the_original_s_harne
     """A second daemon is started on a copy of a live daemon's store: it does not adopt the
     original's harness (the copy is another store), so it never judges or kills it."""
     original, copy = tmp_path / "a", tmp_path / "b"
-    for directory in (original, copy):
-        directory.mkdir(mode=0o700)
+    for base in (original, copy):
+        base.mkdir(mode=0o700)
     session = unique_session()
     try:
         async with cli_daemon(original):
@@ -309,3 +312,19 @@ async def test_row_10_a_refused_hello_creates_no_session(tmp_path: Path) -> None
         assert (done.returncode, b"no such session" in done.stderr) == (69, True)
     log = (tmp_path / "agentd.log").read_text()
     assert log.count("refused a hello for unknown session") == 1  # once a minute
+
+
+async def test_a_sweep_never_stops_a_live_harness_of_its_epoch(directory: Path) -> None:
+    """Found by the fault campaign: a harness taken for dead came back (said hello again)
+    while its old watcher still swept its epoch, and the sweep stopped it. A sweep leaves
+    the processes of an epoch whose harness is the session's and alive."""
+    session = unique_session()
+    try:
+        async with running(directory) as daemon:
+            started = await daemon.agentd.start_agent(session)
+            state = daemon.agentd._sessions.get(session)
+            await daemon.agentd._harnesses.sweep(state, started.epoch)
+            again = await daemon.agentd.start_agent(session)
+            assert (again.how, again.pid) == ("reattached", started.pid)
+    finally:
+        kill_marked(session)

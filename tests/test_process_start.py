@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
@@ -10,8 +11,17 @@ from pathlib import Path
 import pytest
 import trio
 
+import tether.process._start
 from helpers import python, unique_session, wait_until, zombie_children
-from tether.process import ProcessRef, find_twins, reap, reap_orphans, start, stop_trees
+from tether.process import (
+    ProcessRef,
+    SpawnError,
+    find_twins,
+    reap,
+    reap_orphans,
+    start,
+    stop_trees,
+)
 from tether.process._spawn import spawn_process
 
 GRACE = 0.2
@@ -91,3 +101,37 @@ async def test_start_passes_exit_codes(code: int) -> None:
     child = await start(python(f"raise SystemExit({code})"))
     with trio.fail_after(10):
         assert await child.wait() == code
+
+
+def _no_descriptors(*_: object, **__: object) -> None:
+    raise OSError(errno.EMFILE, "Too many open files")
+
+
+async def test_issue_26_a_process_unreadable_for_want_of_descriptors_is_not_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the fault campaign: out of descriptors, /proc cannot be read, and a live
+    harness was taken for dead (then swept). Its state is unknown (``?``), never gone."""
+    alive, gone = ProcessRef.of(os.getpid()), ProcessRef(2**22 + 7, 1.0, 1)
+    monkeypatch.setattr("tether.process._ref.read_stat", _no_descriptors)
+    assert (alive.state(), alive.is_alive()) == ("?", True)
+    assert (gone.state(), gone.is_alive()) == (None, False)
+
+
+async def test_issue_26_a_child_that_cannot_be_watched_is_stopped_and_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spawned: list[int] = []
+    real = tether.process._start.spawn_process
+
+    def spy(*args: object, **kwargs: object) -> int:
+        pid: int = real(*args, **kwargs)  # type: ignore[arg-type]
+        spawned.append(pid)
+        return pid
+
+    monkeypatch.setattr("tether.process._start.spawn_process", spy)
+    monkeypatch.setattr("tether.process._start.ProcessRef.of", _no_descriptors)
+    with pytest.raises(SpawnError) as refused:
+        await start(["sleep", "100"])
+    assert refused.value.errno == errno.EMFILE
+    assert not os.path.exists(f"/proc/{spawned[0]}")  # stopped and reaped
