@@ -42,8 +42,8 @@ test: $(VENV)/.installed-test etcd
 test-matrix: test-lowest test-pythons
 
 # The whole fault campaign (ADR 0033): seeded, each failing seed printed with its replay command.
-TORTURE_SEEDS ?= 4
-TORTURE_STEPS ?= 500
+TORTURE_SEEDS ?= 6
+TORTURE_STEPS ?= 600
 torture: $(VENV)/.installed-test
 	$(BIN)/python tests/torture/run.py --seeds $(TORTURE_SEEDS) --steps $(TORTURE_STEPS)
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import resource
+import signal
 import socket
 import sqlite3
+import stat
 import struct
 import subprocess
 import time
@@ -326,5 +328,31 @@ async def test_a_sweep_never_stops_a_live_harness_of_its_epoch(directory: Path) 
             await daemon.agentd._harnesses.sweep(state, started.epoch)
             again = await daemon.agentd.start_agent(session)
             assert (again.how, again.pid) == ("reattached", started.pid)
+    finally:
+        kill_marked(session)
+
+
+async def test_a_session_log_swapped_for_a_symlink_or_fifo_is_replaced_at_spawn(
+    directory: Path, tmp_path: Path
+) -> None:
+    """Found by the fault campaign: the daemon opened a session's log, swapped for a FIFO by a
+    tool, to start its next harness, and blocked for good (and a symlink would have had it
+    append to any file it points at). Such a log is replaced by a new one."""
+    session = unique_session()
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("mine\n")
+    try:
+        async with running(directory) as daemon:
+            started = await daemon.agentd.start_agent(session)
+            log = directory / session / "harness.log"
+            for swap in (lambda: log.symlink_to(elsewhere), lambda: os.mkfifo(log)):
+                log.unlink()
+                swap()
+                os.kill(started.pid, signal.SIGKILL)
+                with trio.fail_after(20):
+                    started = await daemon.agentd.start_agent(session)
+                assert started.how == "respawned"
+                assert stat.S_ISREG(log.lstat().st_mode)
+            assert elsewhere.read_text() == "mine\n"
     finally:
         kill_marked(session)

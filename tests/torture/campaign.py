@@ -33,10 +33,14 @@ WEIGHTS = {
     "kill_owner_keeper": 4, "stop_owner_keeper": 3,
     "kill_owner_tool": 4, "stop_owner_tool": 3,
     "lock_store": 3, "copy_store": 1, "fill_disk": 2,
-    "exhaust_fds": 2, "half_frames": 2, "garbage": 2,
+    "exhaust_fds": 2, "half_frames": 2, "garbage": 2, "swap_log": 1,
 }  # fmt: skip
 """How often each action is drawn, relative to the others."""
+WORK = {"send", "start"}
+"""The actions that are work, not faults."""
 SESSIONS, OWNERS = 3, 2
+PROGRESS = 40.0
+"""Seconds the work in flight has to end once the faults are undone."""
 STEP_PAUSE = (0.02, 0.3)
 """Seconds between steps, drawn at random: faults land at random points of the work."""
 
@@ -143,7 +147,7 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
     rng = random.Random(seed)
     sends = nemesis.Sends()
     actions = {"send": nemesis.sender(sends), "start": nemesis.starter(sends),
-               **nemesis.faults()}  # fmt: skip
+               "swap_log": nemesis.log_swapper(sends), **nemesis.faults()}  # fmt: skip
     names = list(WEIGHTS)
     weights = [WEIGHTS[name] for name in names]
     watch = invariants.Watch()
@@ -229,6 +233,10 @@ async def _settle(
         while watch.doomed:
             found += invariants.no_survivor(here, watch)
             await trio.sleep(0.1)
+    with trio.move_on_after(PROGRESS):  # work in flight ends once the faults are undone
+        while invariants.progress(here, invariants.Watch(), sends.done):
+            await trio.sleep(0.2)
+    found += invariants.progress(here, watch, sends.done)
     for session in here.sessions:
         found += invariants.acknowledged(here, watch, session)
     found += invariants.delivered(here, watch, sends.done)
@@ -255,10 +263,12 @@ def main(argv: list[str]) -> int:
         total.update(report.faults)
         checks.update(report.checks)
         failed += bool(report.violations)
-    print(f"\n{sum(total.values())} steps over {len(seeds)} seeds, {failed} failed")
-    print("| action | steps |\n| --- | --- |")
-    for name, count in sorted(total.items()):
-        print(f"| {name} | {count} |")
+    faults = sum(n for name, n in total.items() if name not in WORK)
+    print(f"\n{sum(total.values())} steps ({faults} faults) over {len(seeds)} seeds,"
+          f" {failed} failed")  # fmt: skip
+    print("| action | kind | steps |\n| --- | --- | --- |")
+    for name, count in sorted(total.items(), key=lambda item: (item[0] in WORK, item[0])):
+        print(f"| {name} | {'work' if name in WORK else 'fault'} | {count} |")
     print("\n| invariant | checks |\n| --- | --- |")
     for name, count in sorted(checks.items()):
         print(f"| {name} | {count} |")

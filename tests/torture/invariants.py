@@ -273,6 +273,31 @@ EX_PROTOCOL = 76
 """``tether``'s exit when the daemon closed the connection without an answer."""
 
 
+def progress(world: World, watch: Watch, sends: Iterable[dict[str, object]]) -> list[Violation]:
+    """Once the faults are undone, work ends: every live owner finishes a run, and every
+    prompt delivered to a harness that is still alive has its tool's result acknowledged.
+    (A stuck keeper, tool run or engine shows here, where no other check sees it.)"""
+    found: list[Violation] = []
+    for owner in world.owners.values():
+        watch.count("progress")
+        if not owner.results():
+            found.append(("progress", f"owner {owner.seed} finished no run"))
+    acked = {str(row["token"]) for s in world.sessions for row in world.received(s)
+             if "token" in row}  # fmt: skip
+    for send in sends:
+        answer, order = send.get("delivered"), send.get("order")
+        if not isinstance(answer, dict) or not isinstance(order, dict):
+            continue
+        pid = int(answer["pid"])
+        if not _running(pid) or pid in world.facts.killed:
+            continue
+        watch.count("progress")
+        if str(order["token"]) not in acked:
+            found.append(("progress", f"{order['token']} delivered to {pid}, which lives,"
+                          " never finished"))  # fmt: skip
+    return found
+
+
 def answered(world: World, watch: Watch, sends: Iterable[dict[str, object]]) -> list[Violation]:
     """Every request ends within its bound, in success or a documented refusal (or, if the
     nemesis killed the daemon while it waited, in saying the daemon went away)."""

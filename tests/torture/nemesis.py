@@ -412,6 +412,28 @@ def _connect_many(path: Path, count: int) -> list[socket.socket]:
     return held
 
 
+def log_swapper(sends: Sends) -> Action:
+    async def swap_log(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+        """Replace a session's harness log by a FIFO or a symlink to a device, as any tool
+        the agent runs could, and ask for it (refused or read, within its bound)."""
+        session = _session(world, rng)
+        log = world.state / session / "harness.log"
+        kind = rng.choice(["fifo", "zero", "urandom"])
+        with contextlib.suppress(FileNotFoundError):
+            log.unlink()
+        try:
+            if kind == "fifo":
+                os.mkfifo(log)
+            else:
+                log.symlink_to(f"/dev/{kind}")
+        except OSError as exc:
+            return f"no swap of {session}'s log: {exc}"
+        _request(world, sends, nursery, "logs", session)
+        return f"swap {session}'s log for {kind} and ask for it"
+
+    return swap_log
+
+
 def faults() -> dict[str, Action]:
     """Every fault the nemesis has, by name."""
     return {

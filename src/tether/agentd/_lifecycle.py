@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 
 import attrs
 import psutil
@@ -127,7 +128,7 @@ class Harnesses:
         path = os.path.join(directory, "harness.log")
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
-            log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            log = _open_log(path)
         except OSError as exc:
             code = exc.errno or errno.EIO
             raise SpawnError(argv[0], code, f"cannot open {path}: {os.strerror(code)}") from exc
@@ -262,3 +263,28 @@ def _is_self_or_ancestor(pid: int) -> bool:
 async def _cancel_after(event: trio.Event, scope: trio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
+
+
+_LOG_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _open_log(path: str) -> int:
+    """The session's log, opened to append: a regular file, never a symlink (it could point
+    anywhere), a FIFO (opening it would block the daemon) or a device, all of which any tool
+    the agent runs could put in its place. Such a thing is removed and a new log made."""
+    try:
+        fd = os.open(path, _LOG_FLAGS | os.O_CREAT, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO with no reader
+            raise
+        fd = -1
+    if fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+        os.set_blocking(fd, True)
+        return fd
+    if fd >= 0:
+        os.close(fd)
+    logger.warning("%s is not a regular file; replacing it with a new log", path)
+    os.unlink(path)
+    fd = os.open(path, _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
+    os.set_blocking(fd, True)
+    return fd
