@@ -147,7 +147,8 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
     rng = random.Random(seed)
     sends = nemesis.Sends()
     actions = {"send": nemesis.sender(sends), "start": nemesis.starter(sends),
-               "swap_log": nemesis.log_swapper(sends), **nemesis.faults()}  # fmt: skip
+               "swap_log": nemesis.log_swapper(sends),
+               "stop_daemon": nemesis.daemon_stopper(sends), **nemesis.faults()}  # fmt: skip
     names = list(WEIGHTS)
     weights = [WEIGHTS[name] for name in names]
     watch = invariants.Watch()

@@ -167,12 +167,23 @@ async def kill_daemon(world: World, rng: random.Random, nursery: trio.Nursery) -
     return f"{said}; restarted as {world.daemon.pid}"
 
 
-async def stop_daemon(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    assert world.daemon is not None
-    seconds = rng.uniform(0.2, 4.0)
-    now = time.monotonic()
-    world.facts.daemon_down.append((now, now + seconds))
-    return stop(world, world.daemon.pid, "daemon", seconds, nursery)
+def daemon_stopper(sends: Sends) -> Action:
+    async def stop_daemon(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+        """SIGSTOP the daemon; half the time a few milliseconds after a ``start``, so the
+        stop lands while the daemon judges a harness."""
+        assert world.daemon is not None
+        said = ""
+        if rng.random() < 0.5:
+            session = _session(world, rng)
+            _request(world, sends, nursery, "start", session)
+            await trio.sleep(rng.uniform(0.0, 0.08))
+            said = f"start {session}, then "
+        seconds = rng.uniform(0.2, 4.0)
+        now = time.monotonic()
+        world.facts.daemon_down.append((now, now + seconds))
+        return said + stop(world, world.daemon.pid, "daemon", seconds, nursery)
+
+    return stop_daemon
 
 
 # -- harnesses, their keepers and tools ----------------------------------------------------
@@ -219,9 +230,15 @@ async def stop_harness_tool(world: World, rng: random.Random, nursery: trio.Nurs
 
 
 async def kill_owner(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    """SIGKILL an owner (half the time while it is deaf: its keeper's reports unread)."""
     slot = _owner(world, rng)
     owner = world.owners.pop(slot)
-    said = kill(world, owner.process.pid, f"owner {owner.seed}")
+    deaf = rng.random() < 0.5
+    if deaf:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(owner.process.pid, signal.SIGUSR1)
+        await trio.sleep(rng.uniform(0.2, 0.8))
+    said = kill(world, owner.process.pid, f"{'deaf ' if deaf else ''}owner {owner.seed}")
     await trio.to_thread.run_sync(owner.process.wait)
     world.spawned.discard(owner.process.pid)
     world.retired.append(owner)
@@ -437,7 +454,7 @@ def log_swapper(sends: Sends) -> Action:
 def faults() -> dict[str, Action]:
     """Every fault the nemesis has, by name."""
     return {
-        "kill_daemon": kill_daemon, "stop_daemon": stop_daemon,
+        "kill_daemon": kill_daemon,
         "kill_harness": kill_harness, "stop_harness": stop_harness,
         "kill_harness_keeper": kill_harness_keeper, "stop_harness_keeper": stop_harness_keeper,
         "kill_harness_tool": kill_harness_tool, "stop_harness_tool": stop_harness_tool,

@@ -2,14 +2,17 @@
 each ``sh`` exiting with a code it chose (some leave a ``setsid`` sleeper behind), and writes
 what it asked and what ``run`` reported to ``DIR/results.jsonl``; each tool writes its pid to
 ``DIR/<token>.pid`` and the group's keeper pid is kept in ``DIR/keeper``, so the nemesis can
-find them."""
+find them. SIGUSR1 makes it deaf for a second (its thread blocked, its keeper's reports
+unread): an owner killed then dies with frames of its keeper's unread."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import signal
 import sys
+import time
 
 import trio
 
@@ -55,4 +58,5 @@ async def main(directory: str, seed: int) -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGUSR1, lambda *_: time.sleep(1.0))
     trio.run(main, sys.argv[1], int(sys.argv[2]))

@@ -146,7 +146,7 @@ class SqliteEpochStore(SqliteFile, FencedStore):
     ) -> None:
         super().__init__(path, busy_timeout=busy_timeout, upgrade=_upgrade)
         self._reads = Database(
-            path, _SCHEMA, name=f"{self.KIND} reads {path}", busy_timeout=busy_timeout,
+            path, _SCHEMA, name=f"{self.KIND} reads", busy_timeout=busy_timeout,
             upgrade=_upgrade,
         )  # fmt: skip
         """Reads on a connection and a thread of their own: in WAL mode they never wait for

@@ -188,9 +188,8 @@ class Child(metaclass=NoPublicConstructor):
             await self._exited()
             if self._exit_seen is None or self._settle_from_kernel():
                 continue
-            if trio.current_time() - self._exit_seen > REPORT_TIMEOUT:
-                self._settle_from_kernel(gone=True)
-            else:
+            late = trio.current_time() - self._exit_seen > REPORT_TIMEOUT
+            if not (late and self._settle_from_kernel(gone=True)):
                 await trio.sleep(0.005)  # between its exit and its zombie, or its reaping
 
     async def _exited(self) -> None:

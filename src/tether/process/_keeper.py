@@ -4,7 +4,7 @@ The keeper is started with ``python -I -S`` and a socket, spawns the group's chi
 request, and tells of each exit. If this process dies, however it dies, the keeper sees it
 through a pidfd and stops everything below itself. ADR 0023 says why it is a process of its
 own, and what it costs. Every round trip to it has a deadline (``KEEPER_TIMEOUT``): a keeper
-that does not answer (SIGSTOPped, say) is killed and the group goes on without it (ADR 0031).
+that does not answer (SIGSTOPped, say) is killed, and the group starts another (ADR 0031).
 """
 
 from __future__ import annotations
