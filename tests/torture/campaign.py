@@ -10,6 +10,7 @@ import functools
 import os
 import random
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -92,12 +93,23 @@ async def world(run_id: str, keep: list[object]) -> AsyncIterator[World]:
             await _teardown(here)
         if keep[0]:
             evidence = root.with_name(root.name + "-evidence")
-            shutil.copytree(root, evidence, ignore=shutil.ignore_patterns("ballast"))
+            shutil.copytree(root, evidence, symlinks=True, ignore=_not_files)
             (evidence / "steps.log").write_text("\n".join(keep[1:]))  # type: ignore[arg-type]
             print(f"the failed world is kept in {evidence}", flush=True)
         if mounted:
             subprocess.run(["umount", "-l", str(root / "state")], check=False)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _not_files(directory: str, names: list[str]) -> set[str]:
+    """What the evidence leaves out: the ballast, and anything but directories, regular
+    files and symlinks (a FIFO or a device put in a log's place must not be read)."""
+    left = {"ballast"}
+    for name in names:
+        mode = os.lstat(os.path.join(directory, name)).st_mode
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            left.add(name)
+    return left
 
 
 def _mount(path: Path) -> bool:
