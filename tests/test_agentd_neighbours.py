@@ -227,7 +227,7 @@ async def test_row_11_accept_short_of_descriptors_logs_once_per_burst(tmp_path: 
         await wait_until(lambda: rows(tmp_path) == [], timeout=30)
     log = (tmp_path / "agentd.log").read_text()
     assert "Traceback" not in log
-    assert 1 <= log.count("cannot accept connections now (Too many open files)") <= 3
+    assert 1 <= log.count("cannot accept connections now") <= 3
     assert log.count("accepting connections again") >= 1
 
 

@@ -145,10 +145,11 @@ class ProcessRef:
         return f"pid={self.pid} cmd={' '.join(cmd) if cmd else '?'}"
 
     def _psutil(self) -> psutil.Process | None:
+        """psutil's view of this very process (``None`` if gone, or unreadable now)."""
         try:
             process = psutil.Process(self.pid)
             if process.create_time() != self.create_time:
                 return None
-        except psutil.NoSuchProcess:
+        except (psutil.NoSuchProcess, OSError):
             return None
         return process

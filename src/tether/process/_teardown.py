@@ -36,7 +36,7 @@ async def stop_processes(
     """
     targets: set[ProcessRef] = set()
     for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT)):
-        targets |= _unfinished(collect(), targets)
+        targets |= _unfinished(await _collect(collect, wait), targets)
         if not targets:
             return []
         if sig == signal.SIGKILL:
@@ -47,10 +47,27 @@ async def stop_processes(
             _deliver(signal.SIGCONT, targets, groups)
         with trio.move_on_after(wait):
             await wait_gone(targets, reap=True)
-    survivors = sorted(targets | _unfinished(collect(), targets), key=lambda ref: ref.pid)
+    found = await _collect(collect, KILL_WAIT)
+    survivors = sorted(targets | _unfinished(found, targets), key=lambda ref: ref.pid)
     for survivor in survivors:
         logger.error("survived SIGKILL: %s state=%s", survivor.describe(), survivor.state())
     return survivors
+
+
+async def _collect(collect: Callable[[], set[ProcessRef]], within: float) -> set[ProcessRef]:
+    """``collect()``, tried again every 10 ms for ``within`` seconds while the process table
+    cannot be read for want of descriptors (then the targets known so far are all there is):
+    a teardown is never given up for a moment of ``EMFILE``."""
+    deadline = trio.current_time() + within
+    while True:
+        try:
+            return collect()
+        except OSError as exc:
+            if trio.current_time() >= deadline:
+                logger.warning("cannot read the process table now (%s); stopping what is known",
+                               exc.strerror)  # fmt: skip
+                return set()
+        await trio.sleep(0.01)
 
 
 def _unfinished(found: set[ProcessRef], targets: set[ProcessRef]) -> set[ProcessRef]:

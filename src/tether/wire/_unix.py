@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import resource
 import socket
 import stat
 from collections.abc import Awaitable, Callable
@@ -135,20 +136,54 @@ ACCEPT_RETRY = 0.1
 """Seconds between tries to accept while the process is short of descriptors or memory."""
 
 
+def reserve() -> int:
+    """Descriptors a server keeps for its own work (reading ``/proc``, spawning, its store)
+    rather than for more peers: 64 and a sixteenth of its limit, but never more than a
+    quarter of it."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 64 if soft == resource.RLIM_INFINITY else min(64 + soft // 16, soft // 4)
+
+
+def _room(listener: trio.SocketListener, keep: int) -> bool:
+    """Whether a new peer would leave ``keep`` descriptors free (the kernel hands out the
+    lowest free number, so a probe's number is about how many are open)."""
+    try:
+        probe = os.dup(listener.socket.fileno())
+    except OSError:
+        return False
+    os.close(probe)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft == resource.RLIM_INFINITY or probe < soft - keep
+
+
+async def _accept_one(listener: trio.SocketListener, keep: int) -> trio.SocketStream:
+    """The next peer, if taking it leaves ``keep`` descriptors free.
+
+    Raises:
+        OSError: ``EMFILE`` (too few would be left) or whatever ``accept`` raises.
+    """
+    if not _room(listener, keep):
+        raise OSError(errno.EMFILE, f"fewer than {keep} descriptors would be left")
+    return await listener.accept()
+
+
 async def _accept(
     listener: trio.SocketListener,
     handle: Callable[[trio.SocketStream], Awaitable[object]],
     nursery: trio.Nursery,
 ) -> NoReturn:
-    """Accept connections forever, each handled in ``nursery``. Short of descriptors or
-    memory, it retries every ``ACCEPT_RETRY`` seconds and says so once per burst: one
-    warning when the burst begins, one line when it ends, with how long and how many tries
-    (a traceback on every try filled the log, issue 26)."""
+    """Accept connections forever, each handled in ``nursery``, as long as that leaves the
+    server its ``reserve`` of descriptors (else the peers wait in the listen queue: a flood
+    of clients must not leave the daemon unable to read ``/proc`` or start a harness). Short
+    of descriptors or memory, it retries every ``ACCEPT_RETRY`` seconds and says so once per
+    burst: one warning when the burst begins, one line when it ends, with how long and how
+    many tries (a traceback on every try filled the log, issue 26)."""
     short_since: float | None = None
     tries = 0
+    keep = reserve()
     while True:
         try:
-            stream = await listener.accept()
+            stream = await _accept_one(listener, keep)
         except OSError as exc:
             if exc.errno not in _SHORT_OF:
                 raise
