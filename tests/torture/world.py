@@ -197,12 +197,15 @@ class World:
         return None
 
     def harnesses(self, session: str) -> list[int]:
+        """The live harnesses of ``session`` (not a harness's own child caught between its
+        fork and its exec, which looks just like it)."""
         found = []
         for process in _below(os.getpid()):
             try:
-                if "harness.py" not in " ".join(process.cmdline()[:2]):
+                if not _is_harness(process) or process.status() == psutil.STATUS_ZOMBIE:
                     continue
-                if process.status() == psutil.STATUS_ZOMBIE:
+                parent = process.parent()
+                if parent is not None and _is_harness(parent):
                     continue
             except psutil.Error:
                 continue
@@ -240,6 +243,10 @@ def tools_of(pid: int) -> list[int]:
         except psutil.Error:
             continue
     return found
+
+
+def _is_harness(process: psutil.Process) -> bool:
+    return "harness.py" in " ".join(process.cmdline()[:2])
 
 
 def _below(pid: int) -> Iterator[psutil.Process]:
