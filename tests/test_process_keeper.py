@@ -395,8 +395,8 @@ async def test_issue_26_row_2_a_status_nobody_can_tell_is_lost_not_zero(
     monkeypatch.setattr("tether.process._child.pidfd_exit_status", lambda _: None)
     read_stat = tether.process._ref.read_stat
 
-    def no_exit_code(pid: int) -> Stat | None:
-        stat = read_stat(pid)
+    def no_exit_code(pid: int, **options: bool) -> Stat | None:
+        stat = read_stat(pid, **options)
         return None if stat is None else attrs.evolve(stat, exit_code=None)
 
     monkeypatch.setattr("tether.process._ref.read_stat", no_exit_code)

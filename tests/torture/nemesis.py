@@ -85,10 +85,12 @@ def stop(world: World, pid: int | None, what: str, seconds: float, nursery: trio
     index = len(spans) - 1
 
     async def resume() -> None:
-        await trio.sleep(seconds)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
-        spans[index] = (spans[index][0], time.monotonic())
+        try:
+            await trio.sleep(seconds)
+        finally:  # cancelled too: the campaign ends with nothing stopped
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+            spans[index] = (spans[index][0], time.monotonic())
 
     nursery.start_soon(resume)
     return f"SIGSTOP {what} {pid} for {seconds:.1f}s"
@@ -284,10 +286,14 @@ async def lock_store(world: World, rng: random.Random, nursery: trio.Nursery) ->
     world.spawned.add(locker.pid)
 
     async def release() -> None:
-        await trio.to_thread.run_sync(locker.wait)
-        world.spawned.discard(locker.pid)
-        if locker.stdout is not None:
-            locker.stdout.close()
+        try:
+            await trio.to_thread.run_sync(locker.wait, abandon_on_cancel=True)
+        finally:
+            locker.kill()
+            locker.wait()
+            world.spawned.discard(locker.pid)
+            if locker.stdout is not None:
+                locker.stdout.close()
 
     nursery.start_soon(release)
     return f"lock the store for {seconds:.1f}s"
@@ -316,10 +322,13 @@ async def copy_store(world: World, rng: random.Random, nursery: trio.Nursery) ->
     seconds = rng.uniform(1.0, 3.0)
 
     async def end() -> None:
-        await trio.sleep(seconds)
-        second.send_signal(signal.SIGTERM)
-        await trio.to_thread.run_sync(second.wait)
-        world.spawned.discard(second.pid)
+        try:
+            await trio.sleep(seconds)
+        finally:
+            second.send_signal(signal.SIGTERM)
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(second.wait)
+            world.spawned.discard(second.pid)
 
     nursery.start_soon(end)
     return f"a second daemon on a copy of the store for {seconds:.1f}s"
@@ -335,8 +344,10 @@ async def fill_disk(world: World, rng: random.Random, nursery: trio.Nursery) -> 
     world.facts.disk_full.append((start, start + seconds))
 
     async def empty() -> None:
-        await trio.sleep(seconds)
-        ballast.unlink(missing_ok=True)
+        try:
+            await trio.sleep(seconds)
+        finally:
+            ballast.unlink(missing_ok=True)
 
     nursery.start_soon(empty)
     return f"fill the state disk ({written >> 20} MiB) for {seconds:.1f}s"
@@ -367,9 +378,11 @@ async def exhaust_fds(world: World, rng: random.Random, nursery: trio.Nursery) -
     seconds = rng.uniform(0.3, 2.0)
 
     async def release() -> None:
-        await trio.sleep(seconds)
-        for conn in held:
-            conn.close()
+        try:
+            await trio.sleep(seconds)
+        finally:
+            for conn in held:
+                conn.close()
 
     nursery.start_soon(release)
     return f"{len(held)} idle connections for {seconds:.1f}s"
@@ -388,14 +401,16 @@ async def half_frames(world: World, rng: random.Random, nursery: trio.Nursery) -
 
     async def push() -> None:
         end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for i, (conn, data) in enumerate(zip(held, frames, strict=True)):
-                if sent[i] < len(data):
-                    with contextlib.suppress(OSError):
-                        sent[i] += conn.send(data[sent[i] : sent[i] + 65536])
-            await trio.sleep(0.02)
-        for conn in held:
-            conn.close()
+        try:
+            while time.monotonic() < end:
+                for i, (conn, data) in enumerate(zip(held, frames, strict=True)):
+                    if sent[i] < len(data):
+                        with contextlib.suppress(OSError):
+                            sent[i] += conn.send(data[sent[i] : sent[i] + 65536])
+                await trio.sleep(0.02)
+        finally:
+            for conn in held:
+                conn.close()
 
     nursery.start_soon(push)
     return f"{len(held)} half-written frames for {seconds:.1f}s"
