@@ -99,6 +99,10 @@ def no_survivor(world: World, watch: Watch) -> list[Violation]:
     found: list[Violation] = []
     now = time.monotonic()
     for doomed in list(watch.doomed):
+        if not doomed.keepers:  # its keeper was killed, its successor not started yet
+            watch.doomed.remove(doomed)
+            watch.count("no_survivor: owner died between keepers (excused, ADR 0031)")
+            continue
         resumed = [world.facts.resumed_at(keeper) for keeper in doomed.keepers]
         since = max([doomed.killed, *resumed])
         if any(world.facts.stopped_now(keeper) for keeper in doomed.keepers):
@@ -174,9 +178,8 @@ def healthy_harnesses(world: World, watch: Watch) -> list[Violation]:
     """No harness dies but one the nemesis killed or stopped (a stopped one may be judged a
     phantom), or one that met a full disk: the daemon never kills a healthy harness."""
     found: list[Violation] = []
-    for session in world.sessions:
-        for pid in world.harnesses(session):
-            watch.harnesses.setdefault(pid, session)
+    for pid, session in world.started().items():
+        watch.harnesses.setdefault(pid, session)
     for pid, session in watch.harnesses.items():
         if pid in watch.dead or _running(pid):
             continue
@@ -199,11 +202,14 @@ def _running(pid: int) -> bool:
 
 
 def _why(world: World, pid: int) -> str:
-    events = world.state / "agentd.events.jsonl"
+    rows = []
     try:
-        rows = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
-    except (FileNotFoundError, ValueError):
+        lines = (world.state / "agentd.events.jsonl").read_text(errors="replace").splitlines()
+    except FileNotFoundError:
         return "no events"
+    for line in lines:
+        with contextlib.suppress(ValueError):  # a line cut by the full disk
+            rows.append(json.loads(line))
     said = [f"{r.get('kind')}: {r.get('detail')}" for r in rows if r.get("pid") == pid]
     return "; ".join(said[-3:]) or "no event names it"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -28,6 +29,7 @@ RECONNECT_FOR = 8.0
 """Seconds a harness waits for a daemon that went away (the nemesis restarts it at once)."""
 DAEMON_FDS = 512
 """The daemon's descriptor limit, so that a flood of connections can exhaust it."""
+_STARTED = re.compile(r"session=(\S+) (?:spawned|respawned|adopted|attached) epoch=\d+ pid=(\d+)")
 EXIT_CODES = {0, 65, 66, 69, 75, 78}
 """What a ``tether`` command may exit with: success, or a documented refusal."""
 
@@ -212,6 +214,19 @@ class World:
             mark = marks(process.pid)
             if mark is not None and mark.session == session:
                 found.append(process.pid)
+        return found
+
+    def started(self) -> dict[int, str]:
+        """Every harness the daemons started or took back, by pid, from their log (the
+        daemon's own word: a process is not taken for a harness by its look)."""
+        found: dict[int, str] = {}
+        try:
+            text = (self.root / "agentd.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return found
+        for session, pid in _STARTED.findall(text):
+            if session in self.sessions:
+                found[int(pid)] = session
         return found
 
     def received(self, session: str) -> list[dict[str, object]]:
