@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import json
 import os
 import random
 import shutil
@@ -241,6 +242,10 @@ async def _settle(
         answer = await here.tether("start", session, bound=120)
         if answer is None or answer[0] != 0:
             found.append(("answered", f"start {session} after the faults: {answer}"))
+    async with trio.open_nursery() as last:  # one more prompt each, with no fault about
+        for session in here.sessions:
+            order = {"token": f"last-{session}", "code": 5, "sleep": 0.1, "escape": False}
+            nemesis.request(here, sends, last, "send", session, json.dumps(order))
     found += await _check(here, watch, sends)
     with trio.move_on_after(invariants.BOUND + invariants.HEADROOM + 1):
         while watch.doomed:

@@ -107,7 +107,7 @@ def _owner(world: World, rng: random.Random) -> int:
 # -- ordinary work -------------------------------------------------------------------------
 
 
-def _request(world: World, sends: Sends, nursery: trio.Nursery, *args: str) -> None:
+def request(world: World, sends: Sends, nursery: trio.Nursery, *args: str) -> None:
     """Run ``tether ARGS`` in the background and keep how it ended in ``sends``."""
 
     async def run() -> None:
@@ -125,6 +125,8 @@ def _request(world: World, sends: Sends, nursery: trio.Nursery, *args: str) -> N
             record["code"], out, record["stderr"] = answer
             if answer[0] == 0 and args[0] == "send":
                 record["delivered"] = json.loads(out)
+        if args[0] == "send":
+            record["order"] = json.loads(args[2])
         sends.done.append(record)
 
     nursery.start_soon(run)
@@ -136,7 +138,7 @@ def sender(sends: Sends) -> Action:
         token = f"h{uuid.uuid4().hex[:10]}"
         order = {"token": token, "code": rng.choice([0, 0, 2, 7]),
                  "sleep": rng.choice([0.0, 0.1, 0.5]), "escape": rng.random() < 0.2}  # fmt: skip
-        _request(world, sends, nursery, "send", session, json.dumps(order))
+        request(world, sends, nursery, "send", session, json.dumps(order))
         return f"send {token} to {session}"
 
     return send
@@ -145,7 +147,7 @@ def sender(sends: Sends) -> Action:
 def starter(sends: Sends) -> Action:
     async def start(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
         session = _session(world, rng)
-        _request(world, sends, nursery, "start", session)
+        request(world, sends, nursery, "start", session)
         return f"start {session}"
 
     return start
@@ -177,7 +179,7 @@ def daemon_stopper(sends: Sends) -> Action:
         said = ""
         if rng.random() < 0.5:
             session = _session(world, rng)
-            _request(world, sends, nursery, "start", session)
+            request(world, sends, nursery, "start", session)
             await trio.sleep(rng.uniform(0.0, 0.08))
             said = f"start {session}, then "
         seconds = rng.uniform(0.2, 4.0)
@@ -460,7 +462,7 @@ def log_swapper(sends: Sends) -> Action:
                 log.symlink_to(f"/dev/{kind}")
         except OSError as exc:
             return f"no swap of {session}'s log: {exc}"
-        _request(world, sends, nursery, "logs", session)
+        request(world, sends, nursery, "logs", session)
         return f"swap {session}'s log for {kind} and ask for it"
 
     return swap_log
