@@ -43,11 +43,11 @@ async def serve(stream):
         except trio.BrokenResourceError:
             return
 async def main():
-    listener = trio.SocketListener(trio.socket.socket(trio.socket.AF_UNIX))
-    await listener.socket.bind(sys.argv[1])
-    listener.socket.listen(4096)
+    sock = trio.socket.socket(trio.socket.AF_UNIX)
+    await sock.bind(sys.argv[1])
+    sock.listen(4096)
     print("ready", flush=True)
-    await trio.serve_listeners(serve, [listener])
+    await trio.serve_listeners(serve, [trio.SocketListener(sock)])
 trio.run(main)
 """
 
