@@ -19,7 +19,7 @@ import trio
 
 import tether.process._ref
 from helpers import python, reap_zombie_children, unique_session, wait_until, zombie_children
-from tether import ChildGroup, KeeperUnresponsive
+from tether import ChildGroup, KeeperUnresponsive, RunResult
 from tether.process._child import REPORT_TIMEOUT
 from tether.process._proc import Stat
 
@@ -78,6 +78,18 @@ def escapees(out: Path) -> dict[str, psutil.Process]:
     return found
 
 
+def end(owner: subprocess.Popen[bytes], out: Path) -> None:
+    """A test's clean-up: the owner and every escapee it wrote down in ``out``, killed."""
+    if owner.poll() is None:
+        owner.kill()
+        owner.wait()
+    for process in escapees(out).values():
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            continue
+
+
 def _written(path: Path) -> bool:
     """Whether ``path`` exists with something in it (its writer may be part way)."""
     try:
@@ -123,14 +135,7 @@ async def test_no_survivor_however_the_owner_dies(tmp_path: Path, death: str) ->
         # which reaps it as init would.
         await wait_until(reap_zombie_children)
     finally:
-        if owner.poll() is None:
-            owner.kill()
-            owner.wait()
-        for process in escapees(tmp_path).values():
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                continue
+        end(owner, tmp_path)
     assert owner.returncode == {"SIGKILL": -9, "SIGTERM": -15, "exit": 3}[death]
 
 
@@ -245,14 +250,7 @@ async def test_issue_26_keeper_then_owner_killed_leaves_no_survivor(tmp_path: Pa
         await wait_until(lambda: alive(marked_ones) == [], timeout=BOUND + HEADROOM)
         await wait_until(lambda: not keeper.is_running() or keeper.status() == "zombie")
     finally:
-        if owner.poll() is None:
-            owner.kill()
-            owner.wait()
-        for process in escapees(tmp_path).values():
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                continue
+        end(owner, tmp_path)
         await wait_until(lambda: alive(escapees(tmp_path)) == [])
         await wait_until(reap_zombie_children)
 
@@ -312,18 +310,25 @@ async def test_issue_26_row_1_an_owner_dying_with_reports_unread_leaves_no_survi
         await wait_until(lambda: not keeper.is_running() or keeper.status() == "zombie")
         await wait_until(reap_zombie_children)
     finally:
-        if owner.poll() is None:
-            owner.kill()
-            owner.wait()
-        for process in escapees(tmp_path).values():
-            try:
-                process.kill()
-            except psutil.NoSuchProcess:
-                continue
+        end(owner, tmp_path)
 
 
 # A tool that says it runs (argv[1] appears), then exits argv[2] after half a second.
 TOOL = 'touch "$0"; sleep 0.5; exit "$1"'
+
+
+async def run_killing_keeper(group: ChildGroup, tmp_path: Path, code: int) -> RunResult:
+    """Run ``TOOL`` exiting ``code`` in ``group`` and SIGKILL the keeper while it runs."""
+    keeper = group.keeper_pid
+    assert keeper is not None
+
+    async def kill_keeper() -> None:
+        await wait_until((tmp_path / "runs").exists)
+        os.kill(keeper, signal.SIGKILL)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(kill_keeper)
+        return await group.run(["sh", "-c", TOOL, str(tmp_path / "runs"), str(code)])
 
 
 async def test_issue_26_row_2_a_killed_keeper_loses_no_exit_status(tmp_path: Path) -> None:
@@ -331,15 +336,7 @@ async def test_issue_26_row_2_a_killed_keeper_loses_no_exit_status(tmp_path: Pat
     (this process, a subreaper, reaps the orphan; the pidfd still tells its status)."""
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
         keeper = group.keeper_pid
-        assert keeper is not None
-
-        async def kill_keeper() -> None:
-            await wait_until((tmp_path / "runs").exists)
-            os.kill(keeper, signal.SIGKILL)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(kill_keeper)
-            result = await group.run(["sh", "-c", TOOL, str(tmp_path / "runs"), "3"])
+        result = await run_killing_keeper(group, tmp_path, 3)
         assert (result.returncode, result.status_lost, result.failed) == (3, False, True)
         await wait_until(lambda: group.keeper_pid not in (None, keeper))  # replaced
         child = await group.spawn(["sh", "-c", "exit 4"])
@@ -401,16 +398,7 @@ async def test_issue_26_row_2_a_status_nobody_can_tell_is_lost_not_zero(
 
     monkeypatch.setattr("tether.process._ref.read_stat", no_exit_code)
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
-        keeper = group.keeper_pid
-        assert keeper is not None
-
-        async def kill_keeper() -> None:
-            await wait_until((tmp_path / "runs").exists)
-            os.kill(keeper, signal.SIGKILL)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(kill_keeper)
-            result = await group.run(["sh", "-c", TOOL, str(tmp_path / "runs"), "0"])
+        result = await run_killing_keeper(group, tmp_path, 0)
     assert (result.returncode, result.status_lost, result.failed) == (None, True, True)
     assert "lost" in result.reason()
     await wait_until(reap_zombie_children)  # the orphan came to this process, a subreaper

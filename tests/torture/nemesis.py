@@ -193,41 +193,35 @@ def daemon_stopper(sends: Sends) -> Action:
 # -- harnesses, their keepers and tools ----------------------------------------------------
 
 
-async def kill_harness(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    return kill(world, world.harness(_session(world, rng)), "harness")
+Pick = Callable[[World, random.Random], "int | None"]
 
 
-async def stop_harness(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    pid = world.harness(_session(world, rng))
-    return stop(world, pid, "harness", rng.uniform(0.1, 3.0), nursery)
+def kill_and_stop(what: str, pick: Pick, longest: float) -> tuple[Action, Action]:
+    """The two faults of one kind of process: SIGKILL it, and SIGSTOP it for up to
+    ``longest`` seconds; ``pick`` finds one (``None``: there is none now)."""
+
+    async def kill_it(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+        return kill(world, pick(world, rng), what)
+
+    async def stop_it(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+        return stop(world, pick(world, rng), what, rng.uniform(0.1, longest), nursery)
+
+    return kill_it, stop_it
+
+
+def _harness(world: World, rng: random.Random) -> int | None:
+    return world.harness(_session(world, rng))
 
 
 def _harness_keeper(world: World, rng: random.Random) -> int | None:
-    pid = world.harness(_session(world, rng))
+    pid = _harness(world, rng)
     return keeper_of(pid) if pid is not None else None
 
 
-async def kill_harness_keeper(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    return kill(world, _harness_keeper(world, rng), "harness keeper")
-
-
-async def stop_harness_keeper(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    return stop(world, _harness_keeper(world, rng), "harness keeper", rng.uniform(0.1, 3.0),
-                nursery)  # fmt: skip
-
-
 def _harness_tool(world: World, rng: random.Random) -> int | None:
-    pid = world.harness(_session(world, rng))
+    pid = _harness(world, rng)
     tools = tools_of(pid) if pid is not None else []
     return rng.choice(tools) if tools else None
-
-
-async def kill_harness_tool(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    return kill(world, _harness_tool(world, rng), "harness tool")
-
-
-async def stop_harness_tool(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    return stop(world, _harness_tool(world, rng), "harness tool", rng.uniform(0.1, 2.0), nursery)
 
 
 # -- owners, their keepers and tools -------------------------------------------------------
@@ -250,31 +244,17 @@ async def kill_owner(world: World, rng: random.Random, nursery: trio.Nursery) ->
     return said
 
 
-async def stop_owner(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    owner = world.owners[_owner(world, rng)]
-    return stop(world, owner.process.pid, "owner", rng.uniform(0.1, 2.0), nursery)
+def _owner_pid(world: World, rng: random.Random) -> int | None:
+    return world.owners[_owner(world, rng)].process.pid
 
 
-async def kill_owner_keeper(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    return kill(world, world.owners[_owner(world, rng)].keeper(), "owner keeper")
-
-
-async def stop_owner_keeper(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    keeper = world.owners[_owner(world, rng)].keeper()
-    return stop(world, keeper, "owner keeper", rng.uniform(0.1, 3.0), nursery)
+def _owner_keeper(world: World, rng: random.Random) -> int | None:
+    return world.owners[_owner(world, rng)].keeper()
 
 
 def _owner_tool(world: World, rng: random.Random) -> int | None:
     tools = tools_of(world.owners[_owner(world, rng)].process.pid)
     return rng.choice(tools) if tools else None
-
-
-async def kill_owner_tool(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    return kill(world, _owner_tool(world, rng), "owner tool")
-
-
-async def stop_owner_tool(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
-    return stop(world, _owner_tool(world, rng), "owner tool", rng.uniform(0.1, 2.0), nursery)
 
 
 # -- the store, the disk, the socket -------------------------------------------------------
@@ -469,22 +449,22 @@ def log_swapper(sends: Sends) -> Action:
 
 
 def faults() -> dict[str, Action]:
-    """Every fault the nemesis has, by name."""
-    return {
-        "kill_daemon": kill_daemon,
-        "kill_harness": kill_harness, "stop_harness": stop_harness,
-        "kill_harness_keeper": kill_harness_keeper, "stop_harness_keeper": stop_harness_keeper,
-        "kill_harness_tool": kill_harness_tool, "stop_harness_tool": stop_harness_tool,
-        "kill_owner": kill_owner, "stop_owner": stop_owner,
-        "kill_owner_keeper": kill_owner_keeper, "stop_owner_keeper": stop_owner_keeper,
-        "kill_owner_tool": kill_owner_tool, "stop_owner_tool": stop_owner_tool,
+    """Every fault the nemesis has, by name (``stop_daemon``, ``swap_log`` and the work are
+    made with the campaign's request log)."""
+    found: dict[str, Action] = {
+        "kill_daemon": kill_daemon, "kill_owner": kill_owner,
         "lock_store": lock_store, "copy_store": copy_store, "fill_disk": fill_disk,
         "exhaust_fds": exhaust_fds, "half_frames": half_frames, "garbage": garbage,
     }  # fmt: skip
-
-
-def alive(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
+    for name, pick, longest in (
+        ("harness", _harness, 3.0),
+        ("harness_keeper", _harness_keeper, 3.0),
+        ("harness_tool", _harness_tool, 2.0),
+        ("owner_keeper", _owner_keeper, 3.0),
+        ("owner_tool", _owner_tool, 2.0),
+    ):
+        found[f"kill_{name}"], found[f"stop_{name}"] = kill_and_stop(
+            name.replace("_", " "), pick, longest
+        )
+    found["stop_owner"] = kill_and_stop("owner", _owner_pid, 2.0)[1]
+    return found
