@@ -23,6 +23,7 @@ SCRIPTS = [
     "journal",
     "harness",
     "agentd",
+    "flood",
     "liveness",
     "stores",
     "testing_overhead",
