@@ -73,6 +73,18 @@ def python(code: str, *args: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code), *args]
 
 
+QUICK_HARNESS = """
+from tether import run_harness
+
+async def engine(commands, ctx):
+    async for command in commands:  # each prompt is recorded as it is taken; nothing more
+        pass
+
+raise SystemExit(run_harness(engine))
+"""
+"""A harness whose engine takes every prompt at once: delivery with no turn to wait for."""
+
+
 def unique_session() -> str:
     """A session id no other test or process uses."""
     return f"test-{uuid.uuid4().hex[:12]}"

@@ -419,8 +419,9 @@ async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> 
                             epochs[session] = attached.epoch
                         elif op == "deliver":
                             with trio.fail_after(bound):
-                                try:
-                                    delivered = await agentd.deliver(session, "hello")
+                                try:  # a short turn: the next deliver waits for it
+                                    quick = wire.Prompt(os.urandom(8).hex(), "hi", {"steps": 1})
+                                    delivered = await agentd.deliver(session, quick)
                                 except DeliveryFailed:
                                     pass
                                 else:

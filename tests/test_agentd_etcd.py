@@ -25,9 +25,11 @@ from hypothesis import strategies as st
 
 from etcd_cluster import Cluster, free_ports
 from helpers import (
+    QUICK_HARNESS,
     agentd_events,
     kill_marked,
     marked,
+    python,
     reap_zombie_children,
     unique_session,
     wait_until,
@@ -38,6 +40,7 @@ from tether.epochs import EtcdEpochStore, QueuedPrompt, SessionRecord
 TETHER = [sys.executable, "-m", "tether"]
 TTL = 2
 EXAMPLE = [sys.executable, "-m", "tether.harness.example"]
+QUICK = python(QUICK_HARNESS)
 
 
 class Host:
@@ -66,6 +69,7 @@ class Host:
                     *TETHER, "agentd", "--socket", str(self.socket), "--store", self.store,
                     "--host-id", self.host_id, "--lease-ttl", str(TTL), "--heartbeat", "0.2",
                     "--grace", "0.3", "--stop-harnesses", *self.extra,
+                    "--", *python(QUICK_HARNESS),
                 ],
                 stdout=log,
                 stderr=log,
@@ -546,8 +550,8 @@ async def test_random_host_lives_never_attach_two_harnesses(
         ]
         for name in ("a", "b"):
             (root / name).mkdir(mode=0o700)
-        a = Agentd(stores[0], root / "a" / "s.sock", EXAMPLE, **settings_)  # type: ignore[arg-type]
-        b = Agentd(stores[1], root / "b" / "s.sock", EXAMPLE, adopt=True, **settings_)  # type: ignore[arg-type]
+        a = Agentd(stores[0], root / "a" / "s.sock", QUICK, **settings_)  # type: ignore[arg-type]
+        b = Agentd(stores[1], root / "b" / "s.sock", QUICK, adopt=True, **settings_)  # type: ignore[arg-type]
         latest = 0
         cut = False
         try:

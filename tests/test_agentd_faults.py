@@ -26,7 +26,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import kill_marked, python, unique_session, wait_until
+from helpers import QUICK_HARNESS, kill_marked, python, unique_session, wait_until
 from test_agentd import (
     EXAMPLE,
     HEARTBEAT,
@@ -309,7 +309,8 @@ async def test_row_3b_many_sessions_and_concurrent_sends_lose_nothing(directory:
     ten at a time behind the spawn limit, then every send at once. Every prompt is
     delivered, and no healthy harness is called a phantom."""
     sessions = [unique_session() for _ in range(24)]
-    async with running(directory, spawn_limit=2, start_timeout=10.0) as daemon:
+    quick = python(QUICK_HARNESS)
+    async with running(directory, spawn_limit=2, start_timeout=10.0, argv=quick) as daemon:
         for i in range(0, len(sessions), 10):
             async with trio.open_nursery() as nursery:
                 for session in sessions[i : i + 10]:

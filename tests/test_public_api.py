@@ -108,6 +108,7 @@ PUBLIC = {
         "Delivered",
         "DeliveryFailed",
         "PromptTooLarge",
+        "Queued",
         "SessionFailed",
         "SessionState",
         "SessionStatus",

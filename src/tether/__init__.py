@@ -48,6 +48,7 @@ __all__ = [
     "Delivered",
     "DeliveryFailed",
     "PromptTooLarge",
+    "Queued",
     "SessionFailed",
     "SessionState",
     "SessionStatus",
@@ -109,6 +110,7 @@ _LAYER = {
     "Delivered": "agentd",
     "DeliveryFailed": "agentd",
     "PromptTooLarge": "agentd",
+    "Queued": "agentd",
     "SessionFailed": "agentd",
     "SessionState": "agentd",
     "SessionStatus": "agentd",
@@ -231,6 +233,7 @@ if TYPE_CHECKING:
     from .agentd import Delivered as Delivered
     from .agentd import DeliveryFailed as DeliveryFailed
     from .agentd import PromptTooLarge as PromptTooLarge
+    from .agentd import Queued as Queued
     from .agentd import SessionFailed as SessionFailed
     from .agentd import SessionState as SessionState
     from .agentd import SessionStatus as SessionStatus

@@ -15,7 +15,7 @@ import attrs
 import psutil
 
 from tether.journal import scan
-from tether.journal._entries import ToolCall, ToolResult
+from tether.journal._entries import Message, ToolCall, ToolResult
 from tether.process._table import marks
 from torture.world import EXIT_CODES, GRACE, PATIENCE, Owner, World
 
@@ -250,29 +250,45 @@ def acknowledged(world: World, watch: Watch, session: str) -> list[Violation]:
 
 
 def delivered(world: World, watch: Watch, sends: Iterable[dict[str, object]]) -> list[Violation]:
-    """A prompt acknowledged as delivered reached that harness's engine, unless that harness
-    was killed, stopped or met a full disk afterwards (issue 27 makes even those redeliver)."""
+    """Exactly once at the engine (ADR 0034): a prompt acknowledged as delivered is recorded in
+    its session's transcript exactly once, whatever harness or daemon died meanwhile, and no
+    prompt, acknowledged or not, reached the engines of its session twice."""
     found: list[Violation] = []
-    received: dict[str, set[object]] = {}
+    records: dict[str, dict[str, int]] = {}
     for session in world.sessions:
+        counted = records[session] = {}
+        for prompt_id in recorded_prompts(world, session):
+            counted[prompt_id] = counted.get(prompt_id, 0) + 1
+        taken: dict[str, int] = {}
         for row in world.received(session):
             if "received" in row:
-                received.setdefault(str(row["received"]), set()).add(row["pid"])
+                taken[str(row["received"])] = taken.get(str(row["received"]), 0) + 1
+        for prompt_id, times in taken.items():
+            watch.count("delivered")
+            kept = counted.get(prompt_id, 0)
+            if times > 1 or kept > 1:
+                found.append(("delivered", f"{session}: prompt {prompt_id} reached its"
+                              f" engines {times} times, recorded {kept}"))  # fmt: skip
     for send in sends:
         answer = send.get("delivered")
         if not isinstance(answer, dict):
             continue
         watch.count("delivered")
-        pid = answer["pid"]
-        if pid in received.get(str(answer["prompt_id"]), set()):
-            continue
-        if pid in world.facts.killed or world.facts.stops.get(pid):
-            continue
-        if world.facts.disk_was_full(within=1e9):
-            continue
-        found.append(("delivered", f"prompt {answer['prompt_id']} delivered to {pid},"
-                      " never reached its engine"))  # fmt: skip
+        session, prompt_id = str(answer["session"]), str(answer["prompt_id"])
+        times = records.get(session, {}).get(prompt_id, 0)
+        if times != 1:
+            found.append(("delivered", f"{session}: prompt {prompt_id} acknowledged, recorded"
+                          f" {times} times in its transcript"))  # fmt: skip
     return found
+
+
+def recorded_prompts(world: World, session: str) -> list[str]:
+    """The prompt ids the session's transcript records, once per record."""
+    try:
+        entries = scan((world.state / session / f"{session}.jsonl").read_bytes()).entries
+    except FileNotFoundError:
+        return []
+    return [e.prompt_id for e in entries if isinstance(e, Message) and e.prompt_id is not None]
 
 
 EX_PROTOCOL = 76
@@ -290,6 +306,8 @@ def progress(world: World, watch: Watch, sends: Iterable[dict[str, object]]) -> 
             found.append(("progress", f"owner {owner.seed} finished no run"))
     acked = {str(row["token"]) for s in world.sessions for row in world.received(s)
              if "token" in row}  # fmt: skip
+    took = {(str(row["received"]), row["pid"]) for s in world.sessions
+            for row in world.received(s) if "received" in row}  # fmt: skip
     for send in sends:
         answer, order = send.get("delivered"), send.get("order")
         if not isinstance(answer, dict) or not isinstance(order, dict):
@@ -297,6 +315,8 @@ def progress(world: World, watch: Watch, sends: Iterable[dict[str, object]]) -> 
         pid = int(answer["pid"])
         if not _running(pid) or pid in world.facts.killed:
             continue
+        if (str(answer["prompt_id"]), pid) not in took:
+            continue  # an earlier harness recorded it, and died in its turn (sealed, not rerun)
         watch.count("progress")
         if str(order["token"]) not in acked:
             found.append(("progress", f"{order['token']} delivered to {pid}, which lives,"

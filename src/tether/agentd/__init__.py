@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ._outcomes import Delivered as Delivered
     from ._outcomes import DeliveryFailed as DeliveryFailed
     from ._outcomes import PromptTooLarge as PromptTooLarge
+    from ._outcomes import Queued as Queued
     from ._outcomes import SessionFailed as SessionFailed
     from ._outcomes import SessionStatus as SessionStatus
     from ._outcomes import StartFailed as StartFailed
@@ -31,6 +32,7 @@ __all__ = [
     "DeliveryFailed",
     "EventKind",
     "PromptTooLarge",
+    "Queued",
     "SessionFailed",
     "SessionState",
     "SessionStatus",
@@ -50,6 +52,7 @@ _WHERE = {
     "Delivered": "._outcomes",
     "DeliveryFailed": "._outcomes",
     "PromptTooLarge": "._outcomes",
+    "Queued": "._outcomes",
     "SessionFailed": "._outcomes",
     "SessionStatus": "._outcomes",
     "StartFailed": "._outcomes",

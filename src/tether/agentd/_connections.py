@@ -27,6 +27,7 @@ from ..wire import (
     Message,
     Pong,
     ProtocolError,
+    Recorded,
     Superseded,
     Welcome,
 )
@@ -44,9 +45,10 @@ from ._state import SessionState
 
 logger = logging.getLogger("tether.agentd")
 
-REVISION = 3
-"""The wire revision this daemon speaks: it reads activity on pongs (2, ADR 0025) and wants
-a pong every heartbeat unasked from a harness that can (3, ADR 0028)."""
+REVISION = 4
+"""The wire revision this daemon speaks: it reads activity on pongs (2, ADR 0025), wants a
+pong every heartbeat unasked from a harness that can (3, ADR 0028), and counts a prompt
+delivered once a harness that can reports it recorded (4, ADR 0034)."""
 REPLY_TIMEOUT = 5.0
 """Seconds a peer has to read what the daemon sends it (a reply, a refusal) before its
 connection is closed."""
@@ -134,7 +136,7 @@ class Connections:
         harness = session.harness
         assert harness is not None
         await harness.drop_link()  # it reconnected before we saw the old connection drop
-        link = Link(connection, peer, hello.epoch, self.clock)
+        link = Link(connection, peer, hello.epoch, self.clock, hello.revision)
         welcome = Welcome(session.name, hello.epoch, self.settings.heartbeat, REVISION)
         if await link.send(welcome):
             await self._attached(session, harness, link)
@@ -160,6 +162,8 @@ async def _read(link: Link, harness: Harness) -> None:
             link.pong(message.seq)
             if message.kind:
                 harness.activity = Activity.from_pong(message, link.last_pong)
+        elif isinstance(message, Recorded):
+            link.recorded(message.prompt_id)
         elif isinstance(message, Bye):
             return
         elif isinstance(message, Error):

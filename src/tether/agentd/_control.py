@@ -24,6 +24,7 @@ from ._outcomes import (
     Attached,
     Delivered,
     PromptTooLarge,
+    Queued,
     SessionFailed,
     SessionStatus,
 )
@@ -72,6 +73,8 @@ class Operations(Protocol):
     async def start_agent(self, session_name: str) -> Attached: ...
 
     async def deliver(self, session_name: str, prompt: str | Prompt) -> Delivered: ...
+
+    async def deliver_later(self, session_name: str, prompt: str | Prompt) -> Queued: ...
 
     async def stop_agent(self, session_name: str) -> None: ...
 
@@ -123,6 +126,8 @@ class ControlHandler:
             return {"sessions": [row.to_json() for row in ops.status()]}
         if op is ControlOp.START:
             return attrs.asdict(await ops.start_agent(request.session))
+        if op is ControlOp.SEND and not request.wait:
+            return attrs.asdict(await ops.deliver_later(request.session, request.text))
         if op is ControlOp.SEND:
             return attrs.asdict(await ops.deliver(request.session, request.text))
         if op is ControlOp.STOP:

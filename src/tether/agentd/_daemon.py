@@ -42,7 +42,7 @@ from ._hosts import LeaseWatch, Takeover
 from ._judge import Judge
 from ._lease import SharedHost, lease_of
 from ._lifecycle import Harnesses
-from ._outcomes import Attached, Delivered, SessionStatus
+from ._outcomes import Attached, Delivered, Queued, SessionStatus
 from ._records import Records
 from ._registry import Sessions
 from ._settings import Settings, SettingsView
@@ -278,11 +278,15 @@ class Agentd(SettingsView):
 
     async def deliver(self, session_name: str, prompt: str | Prompt) -> Delivered:
         """Queue ``prompt`` durably, then hand it to the session's harness, starting or
-        replacing it through ``start_agent``, at most ``delivery_attempts`` times.
+        replacing it through ``start_agent``, until a harness records it in the transcript as
+        its engine takes it; at most ``delivery_attempts`` harnesses may end first.
 
-        A prompt counts as delivered once the harness's connection loop has read it (a ping
-        sent after it was answered). Delivery is at least once: after a daemon crash, queued
-        prompts are sent again with the same ``id``.
+        A prompt counts as delivered once it is recorded (a harness older than wire revision 4
+        can only say its connection loop read it: ``Delivered.recorded`` is then ``False``).
+        A harness that ends first gets the same ``id`` sent to its successor, which does not
+        give an id its transcript holds to its engine again: at the engine, exactly once (ADR
+        0034). No deadline of its own while the harness is healthy: a busy engine is waited
+        for.
 
         Raises:
             PromptTooLarge: its frame would exceed ``tether.wire.MAX_FRAME``; it was not
@@ -292,6 +296,19 @@ class Agentd(SettingsView):
             DeliveryFailed: naming every attempt and why it failed.
         """
         return await self._outbox.deliver(session_name, prompt)
+
+    async def deliver_later(self, session_name: str, prompt: str | Prompt) -> Queued:
+        """Queue ``prompt`` durably and deliver it as ``deliver`` does, without waiting: its
+        ``delivered`` or ``delivery_failed`` event says how it went.
+
+        Raises:
+            PromptTooLarge, ValueError: as for ``deliver``; it was not queued.
+            DeliveryFailed: it could not be queued.
+        """
+        session, queued = await self._outbox.queue(session_name, prompt)
+        name = f"deliver {queued.id}"
+        self._tasks.start(self._outbox.deliver_later, session, queued, name=name)
+        return Queued(session.name, queued.id)
 
     async def stop_agent(self, session_name: str) -> None:
         """Stop the session's harness tree (SIGINT first, so it seals its calls) and record

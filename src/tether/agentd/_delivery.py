@@ -1,10 +1,16 @@
 """``Outbox``: a prompt is queued durably in the store, then handed to the session's harness,
-starting or replacing it, at most ``delivery_attempts`` times (ADR 0011).
+starting or replacing it, until one records it; at most ``delivery_attempts`` harnesses end
+before they do (ADR 0011, ADR 0034).
 
-A prompt counts as delivered once the harness's connection loop has read it: a ping sent after
-it was answered. Delivery is at least once: after a daemon crash, queued prompts are sent again
-with the same ``id``. A prompt no harness could be sent (over the frame limit) is refused
-before it is queued, so it is never stored and never retried.
+A prompt counts as delivered once the harness reports it recorded in the transcript, which it
+is as the engine takes it (``Recorded``, wire revision 4); for an older harness, once its
+connection loop has read it (a ping sent after it was answered, within ``patience`` of awake
+time). Until then it stays queued in the store, and a harness that ends first (death, phantom
+or stall replacement, a lost link) is an attempt that failed: the next harness is sent the same
+``id``, and a harness whose transcript already holds that id reports it at once without giving
+it to its engine again. So delivery over the wire is at least once, and at the engine exactly
+once. A prompt no harness could be sent (over the frame limit) is refused before it is queued,
+so it is never stored and never retried.
 """
 
 from __future__ import annotations
@@ -29,6 +35,12 @@ from ._starter import Starter
 from ._state import SessionState
 
 logger = logging.getLogger("tether.agentd")
+
+MAX_RELINKS = 8
+"""Times a prompt is sent again to the same live harness after its link dropped, before those
+drops count as failed attempts (a harness that keeps losing its link is not healthy)."""
+RELINK_DELAY = 0.05
+"""Seconds before asking a harness again whose link just dropped (it is reconnecting)."""
 
 
 @attrs.frozen
@@ -55,6 +67,16 @@ class Outbox:
 
     async def deliver(self, session_name: str, prompt: str | Prompt) -> Delivered:
         """See ``Agentd.deliver``."""
+        session, prompt = await self.queue(session_name, prompt)
+        return await self._deliver_queued(session, prompt)
+
+    async def queue(self, session_name: str, prompt: str | Prompt) -> tuple[Session, Prompt]:
+        """Queue ``prompt`` durably; the session and the prompt (with its id).
+
+        Raises:
+            PromptTooLarge, ValueError: it cannot be framed; it was not queued.
+            DeliveryFailed: this host may not accept it, or the store would not queue it.
+        """
         if isinstance(prompt, str):
             prompt = Prompt(uuid.uuid4().hex, prompt, {})
         check_framable(session_name, prompt)  # first: a refused prompt touches nothing
@@ -72,13 +94,37 @@ class Outbox:
             )
         except StoreUnavailable as exc:
             raise DeliveryFailed(session.name, prompt.id, [f"not queued: {exc}"]) from None
+        return session, prompt
+
+    async def deliver_later(self, session: Session, prompt: Prompt) -> None:
+        """Deliver a queued prompt nobody waits for (``tether send --no-wait``); a failure is
+        an event and a settlement, not an exception."""
+        with contextlib.suppress(DeliveryFailed):
+            await self._deliver_queued(session, prompt)
+
+    async def _deliver_queued(self, session: Session, prompt: Prompt) -> Delivered:
         failures: list[str] = []
         queued = trio.current_time()
-        for attempt in range(1, self.settings.delivery_attempts + 1):
+        attempt = relinks = 0
+        while attempt < self.settings.delivery_attempts:
+            attempt += 1
             with contextlib.suppress(StoreUnavailable):
                 await self.store.attempted(session.name, prompt.id)
+            harness = session.harness
             outcome = await self._attempt(session, prompt)
-            if isinstance(outcome, Attached):
+            if (
+                isinstance(outcome, str)
+                and harness is not None
+                and harness is session.harness
+                and harness.usable
+                and relinks < MAX_RELINKS
+            ):  # the same harness only lost its link: it may hold the prompt; ask it again
+                relinks += 1
+                attempt -= 1
+                await trio.sleep(RELINK_DELAY)
+                continue
+            if isinstance(outcome, tuple):
+                attached, recorded = outcome
                 detail = f"prompt {prompt.id} attempt {attempt}"
                 self.sessions.emit(
                     session, EventKind.DELIVERED, session.harness, detail, prompt_id=prompt.id,
@@ -91,7 +137,9 @@ class Outbox:
                         "session %s: prompt %s not settled: %s", session.name, prompt.id, exc
                     )
                 self.counts.delivery(trio.current_time() - queued)
-                return Delivered(session.name, prompt.id, outcome.pid, outcome.epoch, attempt)
+                return Delivered(
+                    session.name, prompt.id, attached.pid, attached.epoch, attempt, recorded
+                )
             failures.append(f"attempt {attempt}: {outcome}")
             detail = f"prompt {prompt.id} attempt {attempt} failed: {outcome}"
             self.sessions.emit(
@@ -114,7 +162,12 @@ class Outbox:
             await self.store.settle(session.name, prompt.id, f"failed: {error.reason}")
         raise error
 
-    async def _attempt(self, session: Session, prompt: Prompt) -> Attached | str | _Final:
+    async def _attempt(
+        self, session: Session, prompt: Prompt
+    ) -> tuple[Attached, bool] | str | _Final:
+        """Hand ``prompt`` to the session's harness (started if need be) and wait until it is
+        recorded: the harness and whether it recorded it (``False``: an older harness only
+        read it), or why the attempt failed."""
         try:
             attached = await self.starter.start(session, nudge=False)
         except (OwnedElsewhere, StoreUnavailable) as exc:
@@ -125,12 +178,21 @@ class Outbox:
         link = harness.link if harness is not None else None
         if link is None:
             return "the harness lost its connection before the prompt was sent"
+        # No deadline of the outbox's own on a harness that records: a full socket or a busy
+        # engine is waited for while the harness is judged healthy, and one that is not is
+        # replaced, which closes the link and ends the wait.
+        if not await link.send(prompt):
+            return "the connection closed before the prompt was sent"
+        if link.records:
+            if await link.wait_recorded(prompt.id):
+                return attached, True
+            return "the harness ended before its engine took the prompt"
         patience = self.settings.patience
-        with trio.move_on_after(patience):
-            if await link.send(prompt) and await link.roundtrip():
-                return attached
+        if await link.clock.within(patience, link.roundtrip):
+            return attached, False
+        if link.closed:
             return "the connection closed before the harness read the prompt"
-        return f"the harness did not confirm the prompt within {patience:.1f}s"
+        return f"the harness did not confirm the prompt within {patience:.1f}s of awake time"
 
     async def redeliver(self, queued: QueuedPrompt) -> None:
         """Deliver a prompt queued before a restart or a takeover, unless its session belongs

@@ -16,18 +16,34 @@ from ..wire import Connection, Message, Ping, ProtocolError
 from ..wire._codec import ping_frame
 from ._awake import AwakeClock
 
+RECORD_REVISION = 4
+"""The first harness revision that reports ``Recorded`` (ADR 0034)."""
+MAX_RECORDED = 10_000
+"""Reported ids kept for a waiter that has not come yet; beyond it the oldest are dropped (a
+waiter that comes later sends its prompt again and is answered anew)."""
+
 
 class Link:
     """One attached harness: send with ``send`` (one sender at a time), probe with
     ``roundtrip``; ``pong(seq)`` is fed by the task that reads the connection."""
 
     def __init__(
-        self, connection: Connection, ref: ProcessRef, epoch: int, clock: AwakeClock
+        self,
+        connection: Connection,
+        ref: ProcessRef,
+        epoch: int,
+        clock: AwakeClock,
+        revision: int = 1,
     ) -> None:
         self.connection = connection
         self.ref = ref
         self.epoch = epoch
         self.clock = clock
+        self.records = revision >= RECORD_REVISION
+        """The harness reports each prompt recorded (``Recorded``); an older one is only
+        known to have read it."""
+        self._recorded: dict[str, None] = {}
+        """Ids reported recorded and not yet waited for (oldest first, bounded)."""
         self.last_pong = clock.now()
         """When the harness last answered, on the daemon's awake clock."""
         self.closed = False
@@ -101,6 +117,26 @@ class Link:
             self.beats = True
         self.last_pong = self.clock.now()
         self._wake()
+
+    def recorded(self, prompt_id: str) -> None:
+        """The harness reports ``prompt_id`` recorded in its transcript."""
+        self._recorded[prompt_id] = None
+        if len(self._recorded) > MAX_RECORDED:
+            del self._recorded[next(iter(self._recorded))]
+        self._wake()
+
+    async def wait_recorded(self, prompt_id: str) -> bool:
+        """Wait until the harness reports ``prompt_id`` recorded; ``False`` if the link closes
+        first. No deadline of its own: a healthy engine may take long to ask for a prompt,
+        and an unhealthy one is replaced, which closes the link."""
+        while prompt_id not in self._recorded and not self.closed:
+            if self._changed is None:
+                self._changed = trio.Event()
+            await self._changed.wait()
+        if prompt_id not in self._recorded:
+            return False
+        del self._recorded[prompt_id]
+        return True
 
     async def roundtrip(self) -> bool:
         """Ping now and wait for the answer; ``False`` if the link closes first. Every message

@@ -25,13 +25,26 @@ class Attached:
 
 @attrs.frozen
 class Delivered:
-    """``deliver``'s answer: the harness's connection loop took prompt ``prompt_id``."""
+    """``deliver``'s answer: the harness ``pid`` (or an earlier one of the session) recorded
+    prompt ``prompt_id`` in the transcript as its engine took it."""
 
     session: str
     prompt_id: str
     pid: int
     epoch: int
     attempts: int
+    recorded: bool = True
+    """``False``: a harness older than wire revision 4, which says only that its connection
+    loop read the prompt (the delivery of before ADR 0034)."""
+
+
+@attrs.frozen
+class Queued:
+    """``tether send --no-wait``'s answer: prompt ``prompt_id`` is queued durably; the daemon
+    delivers it (its events say how that went)."""
+
+    session: str
+    prompt_id: str
 
 
 @attrs.frozen

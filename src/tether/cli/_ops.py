@@ -61,7 +61,12 @@ def add_commands(commands: Any) -> None:
     send.add_argument("text", help="the prompt, or - to read it from stdin (out of ps's sight)")
     send.add_argument(
         "--timeout", type=positive(float), default=None, metavar="SECONDS",
-        help="give up waiting for the answer after SECONDS (exit 75)",
+        help="give up waiting for the answer after SECONDS (exit 75); a queued prompt is"
+        " still delivered",
+    )  # fmt: skip
+    send.add_argument(
+        "--no-wait", dest="wait", action="store_false",
+        help="answer once the prompt is queued, not once an engine has recorded it",
     )  # fmt: skip
     for name, summary in (
         (ControlOp.STOP, "stop a session's harness tree; it stays down until started"),
@@ -116,7 +121,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 def _request(args: argparse.Namespace, text: str) -> dict[str, Any]:
     return request(
         args.socket, args.command, getattr(args, "session", ""), text,
-        create=getattr(args, "create", False), timeout=getattr(args, "timeout", None),
+        create=getattr(args, "create", False), wait=getattr(args, "wait", True),
+        timeout=getattr(args, "timeout", None),
     )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ def request(
     text: str = "",
     *,
     create: bool = False,
+    wait: bool = True,
     timeout: float | None = None,
 ) -> dict[str, Any]:
     """Send one ``Control`` and return the daemon's ``Reply``; wait at most ``timeout`` for it
@@ -37,7 +38,7 @@ def request(
             daemon refused it (its reason and code).
     """
     try:
-        frame = encode(Control(op, session, text, create=create))
+        frame = encode(Control(op, session, text, create=create, wait=wait))
     except ProtocolError as exc:
         raise CliError(EX_DATAERR, f"the {op} request cannot be sent: {exc.reason}") from None
     with _connect(socket_path) as sock:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ..channels import Receiver, WeakSender
-from ..journal import Transcript
+from ..journal import Message, Transcript
 from ..liveness import Ledger, StreamClock, Thresholds
 from ..process import ChildGroup, RunResult
 from ..wire import Nudge, Prompt
@@ -44,6 +44,10 @@ class HarnessContext:
 
     ledger: Ledger | None = None
     """Where tool runs' silences are kept, so each tool's stall threshold comes from evidence."""
+    interrupted: Message | None = None
+    """The recorded prompt whose turn an earlier harness's death cut short (its end is sealed
+    ``turn_aborted`` in the transcript, its open calls ``aborted``): resume it, or not. It
+    is never delivered again (ADR 0034)."""
     tools: Tools = attrs.field(init=False)
     """The tool calls: ``tools.open`` has each running call and its silence."""
 

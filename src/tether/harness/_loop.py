@@ -1,12 +1,13 @@
 """The connection loop: the harness's side of the wire, and the only holder of the sender.
 
-It says ``Hello``; on ``Welcome`` it forwards prompts to the engine, answers every ``Ping``
-and, for a daemon of revision 3 or later, sends a ``Pong`` every heartbeat unasked (a beat,
-as a systemd service sends ``WATCHDOG=1``): all from this loop, so only a live loop looks
-alive. On ``Superseded`` it returns and its sender, the last one, closes the engine's
-channel. If the daemon goes away it reconnects with backoff, and gives up after
-``reconnect_for`` seconds without a welcome (a daemon that accepts the connection only to
-refuse every hello counts as gone too).
+It says ``Hello``; on ``Welcome`` it puts prompts in the engine's ``Inbox`` (whose pump, a task
+of this loop, hands them to the engine), answers every ``Ping``, for a daemon of revision 3 or
+later sends a ``Pong`` every heartbeat unasked (a beat, as a systemd service sends
+``WATCHDOG=1``), and for one of revision 4 or later reports each prompt recorded
+(``Recorded``): all from this loop, so only a live loop looks alive. On ``Superseded`` it
+returns and its sender, the last one, closes the engine's channel. If the daemon goes away it
+reconnects with backoff, and gives up after ``reconnect_for`` seconds without a welcome (a
+daemon that accepts the connection only to refuse every hello counts as gone too).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import attrs
 import psutil
 import trio
 
-from ..channels import ChannelClosed, Sender, SendError
+from ..channels import ChannelClosed, Sender
+from ..journal import JournalError
 from ..wire import (
     Bye,
     Connection,
@@ -34,12 +36,14 @@ from ..wire import (
     Pong,
     Prompt,
     ProtocolError,
+    Recorded,
     Superseded,
     Welcome,
     connect,
     encode,
 )
 from ._context import Command
+from ._inbox import Inbox
 
 logger = logging.getLogger("tether.harness")
 
@@ -47,6 +51,10 @@ ACTIVITY_REVISION = 2
 """The first wire revision whose daemon reads activity on pongs."""
 BEAT_REVISION = 3
 """The first wire revision whose daemon wants a pong every heartbeat, unasked (a beat)."""
+RECORD_REVISION = 4
+"""The first wire revision whose daemon waits for ``Recorded`` (ADR 0034)."""
+REVISION = RECORD_REVISION
+"""The wire revision this harness speaks (in its ``Hello``)."""
 MIN_BEAT = 0.01
 """Seconds between beats at the least, whatever heartbeat a daemon asks for."""
 
@@ -57,6 +65,7 @@ class Ending(enum.Enum):
     SUPERSEDED = "superseded"
     DAEMON_GONE = "daemon gone"
     ENGINE_GONE = "engine gone"
+    TRANSCRIPT_FAILED = "transcript failed"
 
 
 @attrs.define
@@ -65,58 +74,86 @@ class LoopResult:
     current: int | None = None
     """For ``SUPERSEDED``: the daemon's current epoch."""
     reason: str = ""
-    """For ``SUPERSEDED``: why, when the daemon said (``stalled: ...``)."""
+    """For ``SUPERSEDED``: why, when the daemon said (``stalled: ...``); for
+    ``TRANSCRIPT_FAILED``: the journal's error."""
 
 
 async def connection_loop(
     commands: Sender[Command],
     *,
+    inbox: Inbox,
     session: str,
     epoch: int,
     agentd: str,
     reconnect_for: float,
     report: Callable[[], dict[str, Any]] | None = None,
 ) -> LoopResult:
-    """Run until superseded or the daemon stays gone; the sender is closed on return.
+    """Run until superseded, the daemon stays gone, the engine's channel closes or a prompt
+    cannot be recorded; the sender is closed on return.
 
     ``report`` gives the activity fields of each ``Pong`` (ADR 0025), for a daemon that
     reads them (``Welcome.revision`` 2 or later)."""
     me = psutil.Process(os.getpid())
-    hello = Hello(session, epoch, me.pid, me.create_time())
+    hello = Hello(session, epoch, me.pid, me.create_time(), REVISION)
+    ending: list[LoopResult] = []
     with commands:
-        last_seen = trio.current_time()
-        delay = 0.05
-        while True:
-            connection = await _connect(agentd)
-            if isinstance(connection, OSError):
-                if trio.current_time() - last_seen > reconnect_for:
-                    logger.error(
-                        "agentd at %s unreachable for %.1fs: %s", agentd, reconnect_for, connection
-                    )
-                    return LoopResult(Ending.DAEMON_GONE)
-                await trio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            welcomed = trio.Event()
-            async with connection:
+        async with trio.open_nursery() as nursery:
+
+            async def pump() -> None:
                 try:
-                    result = await _converse(connection, hello, commands, welcomed, report)
-                except (ChannelClosed, ProtocolError) as exc:
-                    logger.warning("lost agentd: %s; reconnecting", exc)
-                    result = None
-            if result is not None:
-                return result
-            if welcomed.is_set():  # a daemon that only refuses us is no daemon
-                last_seen = trio.current_time()
-                delay = 0.05
-            elif trio.current_time() - last_seen > reconnect_for:
+                    await inbox.pump(commands)
+                    ending.append(LoopResult(Ending.ENGINE_GONE))
+                except JournalError as exc:
+                    logger.error("a prompt could not be recorded: %s", exc)  # noqa: TRY400
+                    ending.append(LoopResult(Ending.TRANSCRIPT_FAILED, reason=str(exc)))
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(pump, name="inbox pump")
+            ending.append(await _reconnecting(hello, inbox, agentd, reconnect_for, report))
+            nursery.cancel_scope.cancel()
+    return ending[0]
+
+
+async def _reconnecting(
+    hello: Hello,
+    inbox: Inbox,
+    agentd: str,
+    reconnect_for: float,
+    report: Callable[[], dict[str, Any]] | None,
+) -> LoopResult:
+    last_seen = trio.current_time()
+    delay = 0.05
+    while True:
+        connection = await _connect(agentd)
+        if isinstance(connection, OSError):
+            if trio.current_time() - last_seen > reconnect_for:
                 logger.error(
-                    "agentd at %s has not welcomed this harness for %.1fs", agentd, reconnect_for
+                    "agentd at %s unreachable for %.1fs: %s", agentd, reconnect_for, connection
                 )
                 return LoopResult(Ending.DAEMON_GONE)
-            else:
-                await trio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+            await trio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            continue
+        welcomed = trio.Event()
+        async with connection:
+            try:
+                result = await _converse(connection, hello, inbox, welcomed, report)
+            except (ChannelClosed, ProtocolError) as exc:
+                logger.warning("lost agentd: %s; reconnecting", exc)
+                result = None
+        if result is not None:
+            return result
+        if welcomed.is_set():  # a daemon that only refuses us is no daemon
+            last_seen = trio.current_time()
+            delay = 0.05
+        elif trio.current_time() - last_seen > reconnect_for:
+            logger.error(
+                "agentd at %s has not welcomed this harness for %.1fs", agentd, reconnect_for
+            )
+            return LoopResult(Ending.DAEMON_GONE)
+        else:
+            await trio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
 
 def _next_beat(every: float) -> float:
@@ -137,11 +174,40 @@ async def _connect(agentd: str) -> Connection | OSError:
 async def _converse(
     connection: Connection,
     hello: Hello,
-    commands: Sender[Command],
+    inbox: Inbox,
     welcomed: trio.Event,
     report: Callable[[], dict[str, Any]] | None,
 ) -> LoopResult | None:
+    """One connection, with a task reporting recorded prompts beside it once welcomed by a
+    daemon that wants them.
+
+    Raises:
+        ChannelClosed, ProtocolError: the connection failed.
+    """
     await connection.send(hello)
+    sending = trio.Lock()
+    async with trio.open_nursery() as nursery:
+        try:
+            result: LoopResult | Exception | None = await _serve(
+                connection, hello, inbox, welcomed, report, sending, nursery
+            )
+        except (ChannelClosed, ProtocolError) as exc:
+            result = exc
+        nursery.cancel_scope.cancel()
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+async def _serve(
+    connection: Connection,
+    hello: Hello,
+    inbox: Inbox,
+    welcomed: trio.Event,
+    report: Callable[[], dict[str, Any]] | None,
+    sending: trio.Lock,
+    nursery: trio.Nursery,
+) -> LoopResult | None:
     reports = False
     every = next_beat = math.inf
 
@@ -154,8 +220,9 @@ async def _converse(
             message = await connection.receive()
         if message is None:  # this loop is alive: say so, unasked (ADR 0028)
             # Never wait to beat: a full socket is a daemon not reading (stopped, say), and
-            # the beats already queued say all this one would.
-            connection.send_nowait(encode(pong(0)))
+            # the beats already queued say all this one would; nor cut into a report.
+            if not sending.locked():
+                connection.send_nowait(encode(pong(0)))
             next_beat = _next_beat(every)
             await trio.lowlevel.checkpoint()
             continue
@@ -165,6 +232,8 @@ async def _converse(
             if message.revision >= BEAT_REVISION and message.heartbeat > 0:
                 every = max(message.heartbeat, MIN_BEAT)
                 next_beat = _next_beat(every)
+            if message.revision >= RECORD_REVISION:
+                nursery.start_soon(_report_recorded, connection, inbox, sending)
             logger.info("welcomed by agentd: session %s epoch %d", message.session, message.epoch)
         elif isinstance(message, Superseded):
             logger.warning(
@@ -174,12 +243,10 @@ async def _converse(
             )
             return LoopResult(Ending.SUPERSEDED, message.current, message.reason)
         elif isinstance(message, Ping):
-            await connection.send(pong(message.seq))
+            async with sending:
+                await connection.send(pong(message.seq))
         elif isinstance(message, Prompt | Nudge):
-            try:
-                commands.try_send(message)  # unbounded: the loop never waits on the engine
-            except SendError:
-                return LoopResult(Ending.ENGINE_GONE)
+            inbox.put(message)  # never waits on the engine
         elif isinstance(message, Bye):
             logger.info("agentd said bye: %s", message.reason)
             return None
@@ -188,3 +255,16 @@ async def _converse(
             return None
         else:  # pragma: no cover - Hello/Pong are never sent to a harness
             logger.warning("unexpected %s from agentd", type(message).__name__)
+
+
+async def _report_recorded(connection: Connection, inbox: Inbox, sending: trio.Lock) -> None:
+    """Tell the daemon each prompt id recorded, as it is. Ids a broken connection loses are
+    asked for again: the daemon sends those prompts anew, and ``Inbox.put`` reports them."""
+    while True:
+        ids = await inbox.reported()
+        async with sending:
+            try:
+                for prompt_id in ids:
+                    await connection.send(Recorded(prompt_id))
+            except ChannelClosed:
+                return  # the loop's receive sees the same end

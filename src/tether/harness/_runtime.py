@@ -26,13 +26,16 @@ import trio
 
 from .. import signals
 from ..channels import ChannelClosed, Receiver
-from ..journal import Transcript
+from ..journal import Message, Transcript
 from ..liveness import Ledger
 from ..process import ChildGroup
 from ._context import Engine
+from ._inbox import last_turn, seal_turn
 from ._supervisor import Cause, HarnessSettings, Supervisor
 
 logger = logging.getLogger("tether.harness")
+
+DIED_MID_TURN = "the harness running this turn died without recording why (SIGKILL, a crash)"
 
 
 def run_harness(
@@ -95,7 +98,10 @@ async def _harness(engine: Engine, settings: HarnessSettings) -> int:
             ChildGroup(settings.session, settings.epoch, settings.grace) as children,
         ):
             await children.replace_twins()
-            supervisor = Supervisor(engine, events, transcript, children, settings, ledger)
+            interrupted = await _seal_cut_turn(transcript)
+            supervisor = Supervisor(
+                engine, events, transcript, children, settings, ledger, interrupted=interrupted
+            )
             cause = await supervisor.run()
             if cause.reason is not None and transcript.dangling():
                 with trio.CancelScope(shield=True):
@@ -105,6 +111,20 @@ async def _harness(engine: Engine, settings: HarnessSettings) -> int:
         _log_late_signals(events, cause)
     logger.info("exiting %d: %s", cause.code, cause.text)
     return cause.code
+
+
+async def _seal_cut_turn(transcript: Transcript) -> Message | None:
+    """The prompt whose turn an earlier harness's death cut short, its end sealed
+    ``turn_aborted`` here if that harness could not (SIGKILL, a crash)."""
+    turn = last_turn(transcript)
+    if turn is None:
+        return None
+    message, sealed = turn
+    if not sealed:
+        assert message.prompt_id is not None
+        await seal_turn(transcript, message.prompt_id, DIED_MID_TURN)
+    logger.warning("the turn of prompt %s was cut short by an earlier harness", message.prompt_id)
+    return message
 
 
 @contextlib.asynccontextmanager

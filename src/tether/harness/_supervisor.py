@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -19,17 +19,20 @@ import trio
 
 from .. import signals
 from ..channels import Receiver, Sender, channel
-from ..journal import Transcript
+from ..journal import JournalError, Message, Transcript
 from ..liveness import Ledger
 from ..process import ChildGroup
 from ._context import Command, Engine, HarnessContext
+from ._inbox import Inbox
 from ._loop import Ending, connection_loop
+from ._turns import Turns
 
 logger = logging.getLogger("tether.harness")
 
 EXIT_OK = 0
 EXIT_ENGINE_FAILED = 1
 EXIT_DAEMON_GONE = 69  # EX_UNAVAILABLE
+EXIT_TRANSCRIPT_FAILED = 74  # EX_IOERR: a prompt could not be recorded
 EXIT_SUPERSEDED = 75  # EX_TEMPFAIL: the daemon may respawn the session fresh
 
 
@@ -73,6 +76,8 @@ class Supervisor:
     engine_done: trio.Event = attrs.field(factory=trio.Event)
     loop_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     loop_done: trio.Event = attrs.field(factory=trio.Event)
+    interrupted: Message | None = None
+    """The prompt whose turn a death cut short in an earlier run (sealed), for the engine."""
 
     def decide(self, cause: Cause) -> None:
         """The first cause wins; later ones are ignored."""
@@ -85,12 +90,15 @@ class Supervisor:
         tx, rx = channel(Command, math.inf, name=f"commands of {settings.session}")
         ctx = HarnessContext(
             settings.session, settings.epoch, self.transcript, self.children, tx.downgrade(),
-            ledger=self.ledger,
+            ledger=self.ledger, interrupted=self.interrupted,
         )  # fmt: skip
-        rx.observe(ctx.turns)
+        inbox = Inbox(self.transcript, self.interrupted.prompt_id if self.interrupted else None)
+        rx.observe(_Both(ctx.turns, inbox))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._run_engine, rx, ctx, name="engine")
-            nursery.start_soon(self._run_loop, tx.move(), ctx.turns.report, name="connection loop")
+            nursery.start_soon(
+                self._run_loop, tx.move(), inbox, ctx.turns.report, name="connection loop"
+            )
             nursery.start_soon(self._watch_signals, name="signal watcher")
             await self.decided.wait()
             cause = self.cause
@@ -118,6 +126,8 @@ class Supervisor:
             cause.text += f"; command channel still held by: {stray}"
         with trio.CancelScope(shield=True), trio.move_on_after(settings.grace):
             ctx.turns.waiting()
+            if cause.reason is not None:
+                await _logged(inbox.seal(cause.reason))
             await ctx.record_streams()
         return cause
 
@@ -138,12 +148,15 @@ class Supervisor:
                 self.decide(Cause(EXIT_OK, "engine returned"))
         self.engine_done.set()
 
-    async def _run_loop(self, tx: Sender[Command], report: Callable[[], dict[str, Any]]) -> None:
+    async def _run_loop(
+        self, tx: Sender[Command], inbox: Inbox, report: Callable[[], dict[str, Any]]
+    ) -> None:
         settings = self.settings
         result = None
         with self.loop_scope:
             result = await connection_loop(
                 tx,
+                inbox=inbox,
                 session=settings.session,
                 epoch=settings.epoch,
                 agentd=settings.agentd,
@@ -161,6 +174,14 @@ class Supervisor:
                     f"superseded: epoch {settings.epoch} < current epoch {result.current}"
                     + (f" ({result.reason})" if result.reason else ""),
                     f"{result.reason} ({why})" if result.reason else why,
+                )
+            )
+        elif result.ending is Ending.TRANSCRIPT_FAILED:
+            self.decide(
+                Cause(
+                    EXIT_TRANSCRIPT_FAILED,
+                    f"a prompt could not be recorded: {result.reason}",
+                    "the harness could not record a prompt",
                 )
             )
         elif result.ending is Ending.DAEMON_GONE:
@@ -183,6 +204,30 @@ class Supervisor:
                 f"worker shut down mid-call ({event.name} from {who})",
             )
         )
+
+
+@attrs.frozen
+class _Both:
+    """Observes the engine's receiver for its turns and for its inbox."""
+
+    turns: Turns
+    inbox: Inbox
+
+    def waiting(self) -> None:
+        self.turns.waiting()
+        self.inbox.waiting()
+
+    def took(self, item: Command) -> None:
+        self.turns.took(item)
+        self.inbox.took(item)
+
+
+async def _logged(sealing: Awaitable[None]) -> None:
+    """Seal the open turn; a transcript that refuses it only costs the seal (logged)."""
+    try:
+        await sealing
+    except (JournalError, trio.ClosedResourceError) as exc:
+        logger.warning("the open turn could not be sealed: %s", exc)
 
 
 def holders(rx: Receiver[Command]) -> str:

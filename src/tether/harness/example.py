@@ -1,11 +1,12 @@
 """A small real harness: ``python -m tether.harness.example``.
 
-Its engine records each prompt, runs a child agent for it through ``ctx.tool`` and records the
-answer. The child agent is a Python script that streams a line every 0.1 s, starts a ``setsid``
-grandchild, and on SIGINT writes ``agent got SIGINT`` to ``$TETHER_EXAMPLE_SIGNAL_FILE`` (if
-set) and exits 0 (with ``TETHER_EXAMPLE_STUBBORN=1`` it ignores SIGINT, so stopping it takes
-the SIGTERM step). With ``TETHER_EXAMPLE_WEDGE_FILE=path`` the first harness to see that file
-appear removes it and blocks its whole process: a phantom for agentd to find. With
+Its engine runs a child agent for each prompt (which the harness recorded as the engine took
+it) through ``ctx.tool`` and records the answer. The child agent is a Python script that
+streams a line every 0.1 s, starts a ``setsid`` grandchild, and on SIGINT writes ``agent got
+SIGINT`` to ``$TETHER_EXAMPLE_SIGNAL_FILE`` (if set) and exits 0 (with
+``TETHER_EXAMPLE_STUBBORN=1`` it ignores SIGINT, so stopping it takes the SIGTERM step). With
+``TETHER_EXAMPLE_WEDGE_FILE=path`` the first harness to see that file appear removes it and
+blocks its whole process: a phantom for agentd to find. With
 ``TETHER_EXAMPLE_STRAY_CLONE=1`` the engine commits incident 004's bug: it upgrades its weak
 sender and keeps the strong one. Settings come from the environment that agentd sets (see
 ``run_harness``); the tests and the demo drive it.
@@ -69,11 +70,12 @@ async def _wedge_when(path: str) -> None:
 
 async def _answer(commands: Receiver[Command], ctx: HarnessContext) -> None:
     logger.info("engine started: %d dangling tool calls", len(ctx.transcript.dangling()))
+    if ctx.interrupted is not None:  # its turn is sealed; this engine does not resume it
+        logger.info("prompt %s was cut short by an earlier harness", ctx.interrupted.prompt_id)
     stray = ctx.requeue.upgrade() if os.environ.get("TETHER_EXAMPLE_STRAY_CLONE") else None
     async for command in commands:
         if not isinstance(command, Prompt):
             continue
-        await ctx.transcript.append_message("user", command.text)
         steps = str(command.meta.get("steps", 1_000_000))
 
         async def run_agent(steps: str = steps) -> int | None:

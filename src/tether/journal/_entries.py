@@ -33,6 +33,9 @@ class Message:
     ts: str
     role: str
     content: str
+    prompt_id: str | None = None
+    """The id of the prompt this message records, for a user message the harness wrote as its
+    engine took a prompt (``None``: any other message); at most one message per id."""
     type: ClassVar[str] = "message"
 
 
@@ -77,12 +80,14 @@ class Event:
 Entry = Message | ToolCall | ToolResult | Event
 
 _FIELDS: dict[str, tuple[str, ...]] = {
-    "message": ("role", "content"),
+    "message": ("role", "content", "prompt_id"),
     "tool_call": ("name", "args"),
     "tool_result": ("call_id", "status", "output", "reason"),
     "event": ("kind", "data"),
 }
 """The fields each type adds after ``type``, ``id``, ``seq`` and ``ts``, in line order."""
+_OMITTED_IF_NONE: Final = frozenset({"reason", "prompt_id"})
+"""Fields left off the line while they are ``None`` (a reader takes a missing one as ``None``)."""
 
 
 def new_id(prefix: str) -> str:
@@ -111,7 +116,7 @@ def encode(entry: Entry) -> bytes:
     record: dict[str, Any] = {"type": entry.type, "id": entry.id, "seq": entry.seq, "ts": entry.ts}
     for name in _FIELDS[entry.type]:
         value = getattr(entry, name)
-        if value is not None or name != "reason":
+        if value is not None or name not in _OMITTED_IF_NONE:
             record[name] = value
             if type(value) is dict or type(value) is list:
                 _check_depth(entry.type, name, value)
@@ -184,10 +189,14 @@ def _head(kind: str, r: dict[str, Any]) -> tuple[str, int, str]:
 
 
 def _message(r: dict[str, Any]) -> Message:
+    prompt_id = r.get("prompt_id")
+    if prompt_id is not None:
+        _check("message", "prompt_id", prompt_id, str)
     return Message(
         *_head("message", r),
         _check("message", "role", r["role"], str),
         _check("message", "content", r["content"], str),
+        prompt_id,
     )
 
 

@@ -56,6 +56,8 @@ class Transcript(metaclass=NoPublicConstructor):
         self._broken: JournalError | None = None
         self._calls: dict[str, ToolCall] = {}
         self._results: set[str] = set()
+        self._prompts: set[str] = set()
+        """Ids of the prompts recorded, durable or queued: a second record is refused."""
         """Calls with a durable result."""
         self._answered: set[str] = set()
         """Calls with a result, durable or queued: a second one is refused at once."""
@@ -177,11 +179,32 @@ class Transcript(metaclass=NoPublicConstructor):
         )
         return result
 
-    async def append_message(self, role: str, content: str) -> Message:
-        """Record a message of the conversation, durably."""
-        (message,) = await self._append(
-            lambda seq: [Message(new_id("msg"), seq, now(), role, content)]
-        )
+    def has_prompt(self, prompt_id: str) -> bool:
+        """Whether a message records the prompt ``prompt_id`` (durable, or being made so)."""
+        return prompt_id in self._prompts
+
+    async def append_message(
+        self, role: str, content: str, *, prompt_id: str | None = None
+    ) -> Message:
+        """Record a message of the conversation, durably; with ``prompt_id``, as the record of
+        that prompt (what makes a delivery count: ADR 0034).
+
+        Raises:
+            ValueError: ``prompt_id`` is already recorded.
+            JournalError: the message is not durable.
+        """
+        if prompt_id is not None:
+            if prompt_id in self._prompts:
+                raise ValueError(f"{self.path}: prompt {prompt_id!r} is already recorded")
+            self._prompts.add(prompt_id)
+        try:
+            (message,) = await self._append(
+                lambda seq: [Message(new_id("msg"), seq, now(), role, content, prompt_id)]
+            )
+        except BaseException:
+            if prompt_id is not None:
+                self._prompts.discard(prompt_id)
+            raise
         assert isinstance(message, Message)
         return message
 
@@ -253,7 +276,10 @@ class Transcript(metaclass=NoPublicConstructor):
             raise JournalError(self._broken.errno, failed, self.path)
 
     def _index(self, entry: Entry) -> None:
-        if isinstance(entry, ToolCall):
+        if isinstance(entry, Message):
+            if entry.prompt_id is not None:
+                self._prompts.add(entry.prompt_id)
+        elif isinstance(entry, ToolCall):
             self._calls[entry.id] = entry
         elif isinstance(entry, ToolResult):
             if entry.call_id not in self._calls or entry.call_id in self._results:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._messages import Ping as Ping
     from ._messages import Pong as Pong
     from ._messages import Prompt as Prompt
+    from ._messages import Recorded as Recorded
     from ._messages import Reply as Reply
     from ._messages import Superseded as Superseded
     from ._messages import Welcome as Welcome
@@ -45,6 +46,7 @@ __all__ = [
     "Peer",
     "Ping",
     "Pong",
+    "Recorded",
     "Prompt",
     "ProtocolError",
     "Reply",
@@ -76,6 +78,7 @@ _WHERE = {
     "Nudge": "._messages",
     "Ping": "._messages",
     "Pong": "._messages",
+    "Recorded": "._messages",
     "Prompt": "._messages",
     "Reply": "._messages",
     "Superseded": "._messages",

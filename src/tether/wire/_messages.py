@@ -16,6 +16,8 @@ class Hello:
     epoch: int
     pid: int
     create_time: float
+    revision: int = 1
+    """The harness's wire revision (an older harness omits it): 4 reports ``Recorded``."""
 
 
 @attrs.frozen
@@ -28,7 +30,7 @@ class Welcome:
     revision: int = 1
     """The daemon's wire revision (an older daemon omits it): 2 reads activity on pongs; 3
     wants a ``Pong`` with ``seq`` 0 every ``heartbeat`` seconds unasked (a beat), and stops
-    pinging a harness once it beats."""
+    pinging a harness once it beats; 4 counts a prompt delivered once it is ``Recorded``."""
 
 
 @attrs.frozen
@@ -85,6 +87,14 @@ class Pong:
 
 
 @attrs.frozen
+class Recorded:
+    """Harness to daemon (revision 4): the prompt ``prompt_id`` is in the transcript, taken by
+    the engine (or found there, taken by an earlier harness of the session)."""
+
+    prompt_id: str
+
+
+@attrs.frozen
 class Bye:
     """Either side: I am closing this connection, and why."""
 
@@ -114,6 +124,8 @@ class Control:
     """``events``, ``logs``: keep streaming what comes after."""
     lines: int = 0
     """``events``, ``logs``: how many past lines first (0: the command's default)."""
+    wait: bool = True
+    """``send``: answer once the prompt is recorded (``False``: once it is queued)."""
 
 
 @attrs.frozen
@@ -126,7 +138,18 @@ class Reply:
 
 
 Message = (
-    Hello | Welcome | Superseded | Prompt | Nudge | Ping | Pong | Bye | Error | Control | Reply
+    Hello
+    | Welcome
+    | Superseded
+    | Prompt
+    | Nudge
+    | Ping
+    | Pong
+    | Recorded
+    | Bye
+    | Error
+    | Control
+    | Reply
 )
 MESSAGE_TYPES: tuple[type[Any], ...] = (
     Hello,
@@ -136,6 +159,7 @@ MESSAGE_TYPES: tuple[type[Any], ...] = (
     Nudge,
     Ping,
     Pong,
+    Recorded,
     Bye,
     Error,
     Control,
