@@ -128,7 +128,7 @@ def test_every_deadlock_is_named_within_seconds(pytester: pytest.Pytester) -> No
                      r"\(receive\): open sender held by .*task 'b'", out), out  # fmt: skip
 
 
-FALSE_ALARMS = """import os, signal, subprocess, sys, threading, time
+FALSE_ALARMS = """import os, signal, socket, subprocess, sys, threading, time
 import pytest, trio, trio.testing, tether
 
 DELAY = 1.0   # over three cushions
@@ -178,6 +178,21 @@ async def test_a_clock_jumped_from_another_thread(mock_clock):
         token.run_sync_soon(lambda: None)
     threading.Thread(target=jumper, daemon=True).start()
     await trio.sleep(5)
+
+def test_io_awaited_inside_an_async_generator():
+    raw, b = socket.socketpair()
+    async def main():
+        a = trio.socket.from_stdlib_socket(raw)
+        async def replies():
+            yield await a.recv(1)
+        async for reply in replies():
+            assert reply == b"x"
+        a.close()
+    script = f"sleep {DELAY}; printf x >&{b.fileno()}"  # no thread of ours wakes it
+    writer = subprocess.Popen(["sh", "-c", script], pass_fds=[b.fileno()])
+    b.close()
+    trio.run(main)
+    writer.wait()
 
 async def test_a_task_that_cancels_the_waiter_later():
     async with trio.open_nursery() as n:
@@ -279,7 +294,7 @@ def test_programs_woken_from_outside_the_tasks_pass(pytester: pytest.Pytester) -
     pytester.makeini(INI)
     pytester.makepyfile(test_ok=FALSE_ALARMS)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=240)
-    result.assert_outcomes(passed=17)
+    result.assert_outcomes(passed=18)
 
 
 KEPT_OPEN = """

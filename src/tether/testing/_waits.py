@@ -11,6 +11,7 @@ task's ``custom_sleep_data``.
 from __future__ import annotations
 
 import enum
+import gc
 import inspect
 import os
 import types
@@ -110,6 +111,9 @@ _BY_PATH = (
     (os.path.join(TRIO_DIR, "_threads.py"), WaitKind.THREAD),
     (os.path.join(TRIO_DIR, "_signals.py"), WaitKind.SIGNAL),
 )
+_AGEN_STEPS = frozenset({"async_generator_asend", "async_generator_athrow"})
+"""What awaiting an async generator's ``__anext__``/``asend``/``athrow`` awaits: an object
+with no frame, whose only way to its generator is the garbage collector's referents."""
 _OUTWARD = frozenset({WaitKind.LOT, WaitKind.SLEEP})
 """Kinds that trio's own primitives are built on: look further out for the primitive."""
 
@@ -119,16 +123,29 @@ def await_chain(task: trio.lowlevel.Task) -> Iterator[tuple[Any, types.FrameType
     frame: the objects whose locals the task holds."""
     obj: Any = task.coro
     while obj is not None:
-        frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
+        if type(obj).__name__ in _AGEN_STEPS:  # ``agen.asend()``: look inside its generator
+            obj = next((o for o in gc.get_referents(obj) if inspect.isasyncgen(o)), None)
+            continue
+        frame = (
+            getattr(obj, "cr_frame", None)
+            or getattr(obj, "gi_frame", None)
+            or getattr(obj, "ag_frame", None)
+        )
         if frame is None:
             return
         yield obj, frame
-        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
+        obj = (
+            getattr(obj, "cr_await", None)
+            or getattr(obj, "gi_yieldfrom", None)
+            or getattr(obj, "ag_await", None)
+        )
 
 
 def frame_of(obj: Any) -> types.FrameType:
     """The frame of a coroutine or generator of an await chain."""
-    frame: types.FrameType = getattr(obj, "cr_frame", None) or obj.gi_frame
+    frame: types.FrameType = (
+        getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None) or obj.ag_frame
+    )
     return frame
 
 
