@@ -41,11 +41,13 @@ test: $(VENV)/.installed-test etcd
 # named and skipped).
 test-matrix: test-lowest test-pythons
 
-# The whole fault campaign (ADR 0033): seeded, each failing seed printed with its replay command.
+# The whole fault campaign (ADR 0033): seeded, each failing seed printed with its replay command;
+# then the SIGKILL bursts of exactly-once delivery at their full 20 rounds (5 in `make test`).
 TORTURE_SEEDS ?= 6
 TORTURE_STEPS ?= 600
 torture: $(VENV)/.installed-test
 	$(BIN)/python tests/torture/run.py --seeds $(TORTURE_SEEDS) --steps $(TORTURE_STEPS)
+	TETHER_DELIVERY_ROUNDS=20 $(BIN)/python -m pytest -q tests/test_agentd_delivery.py -k sigkills
 
 OTHER_PYTHONS ?= 3.12 3.13
 

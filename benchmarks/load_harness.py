@@ -1,22 +1,27 @@
-"""The load run's harness (``benchmarks/agentd.py --load``): a real ``run_harness`` whose
-engine records each prompt it takes in its transcript (durably, as a harness would) and
-nothing else, so the run can count what every engine saw."""
+"""The load runs' harness (``agentd_load.py``, ``delivery.py``): a real ``run_harness`` whose
+engine takes each prompt (which the harness records in its transcript, durably, as it is
+taken) and does nothing else, so a run can count what every engine saw. With
+``TETHER_BENCH_REVISION=3`` it speaks wire revision 3, whose daemon counts a prompt delivered
+once the loop has read it (the delivery of before ADR 0034), for ``delivery.py``'s
+comparison."""
 
 from __future__ import annotations
 
+import os
+
 import trio
 
+import tether.harness._loop as loop
 from tether import HarnessContext, Receiver, run_harness
 from tether.harness import Command
-from tether.wire import Prompt
 
 
 async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
-    async for command in commands:
-        if isinstance(command, Prompt):
-            await ctx.transcript.append_message("user", command.text)
+    async for _ in commands:
+        pass
     await trio.lowlevel.checkpoint()
 
 
 if __name__ == "__main__":
+    loop.REVISION = int(os.environ.get("TETHER_BENCH_REVISION", loop.REVISION))
     raise SystemExit(run_harness(engine))

@@ -23,6 +23,7 @@ SCRIPTS = [
     "journal",
     "harness",
     "agentd",
+    "delivery",
     "flood",
     "liveness",
     "stores",

@@ -220,6 +220,24 @@ async def test_a_finished_call_after_a_corrupt_line_is_never_sealed_again(
         assert [(r.call_id, r.status) for r in results] == [(call.id, "ok")]
 
 
+async def test_a_prompt_is_recorded_once_and_its_id_survives_a_reopen(tmp_path: Path) -> None:
+    """ADR 0034: a user message may record a prompt's id; a second record of the id is refused,
+    the id is known again after a reopen, and a message without one keeps its old line."""
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        await tr.append_message("user", "plain")
+        await tr.append_message("user", "fix it", prompt_id="p1")
+        with pytest.raises(ValueError, match="already recorded"):
+            await tr.append_message("user", "fix it again", prompt_id="p1")
+        assert (tr.has_prompt("p1"), tr.has_prompt("p2")) == (True, False)
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip("\x00")]
+    assert "prompt_id" not in lines[0]
+    assert lines[1]["prompt_id"] == "p1"
+    assert len(lines) == 2
+    async with await Transcript.open(path) as again:
+        assert again.has_prompt("p1")
+
+
 @pytest.mark.parametrize(
     "line",
     [

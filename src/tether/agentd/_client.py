@@ -22,7 +22,8 @@ async def request(
     socket_path: str, op: str, session: str = "", text: str = "", *, create: bool = False
 ) -> dict[str, Any]:
     """Send one ``Control`` and return the daemon's ``Reply``. Every operation of the daemon
-    is bounded, so this is too (wrap it in ``trio.fail_after`` for a tighter bound).
+    is bounded, except a ``send``, which waits for an engine to take the prompt while its
+    harness is healthy (wrap it in ``trio.fail_after`` for a bound of your own).
 
     A daemon whose listen queue is full (a burst of clients) is retried with backoff for
     ``BUSY_FOR`` seconds.

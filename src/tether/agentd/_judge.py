@@ -64,9 +64,9 @@ class Judge:
         while harness.usable:
             link = harness.link
             if link is None:
-                await harness.linked.wait()
+                await _unless_it_exits(harness, harness.linked)
             elif link.closed:
-                await link.detached.wait()
+                await _unless_it_exits(harness, link.detached)
             elif await link.roundtrip():
                 return True
         await trio.lowlevel.checkpoint()
@@ -80,3 +80,16 @@ class Judge:
                 " confirming ping)"
             )
         return f"no connection for {silence:.1f}s"
+
+
+async def _unless_it_exits(harness: Harness, event: trio.Event) -> None:
+    """Wait for ``event``, or for the harness to exit (a dead harness never links again)."""
+    async with trio.open_nursery() as nursery:
+
+        async def exited() -> None:
+            await harness.exited.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(exited)
+        await event.wait()
+        nursery.cancel_scope.cancel()

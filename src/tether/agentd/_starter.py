@@ -75,7 +75,7 @@ class Starter:
                         self.sessions.emit(session, EventKind.REATTACHED, harness)
                     return Attached(session.name, pid, epoch, "reattached")
                 else:
-                    if not harness.retired:
+                    if not harness.retired and harness.alive:  # a dead one was "exited"
                         patience = self.settings.patience
                         detail = f"no answer within {patience:.1f}s of its last sign of life"
                         self.sessions.emit(session, EventKind.PHANTOM, harness, detail)

@@ -232,7 +232,7 @@ async def _serve(
             if message.revision >= BEAT_REVISION and message.heartbeat > 0:
                 every = max(message.heartbeat, MIN_BEAT)
                 next_beat = _next_beat(every)
-            if message.revision >= RECORD_REVISION:
+            if min(message.revision, REVISION) >= RECORD_REVISION:
                 nursery.start_soon(_report_recorded, connection, inbox, sending)
             logger.info("welcomed by agentd: session %s epoch %d", message.session, message.epoch)
         elif isinstance(message, Superseded):

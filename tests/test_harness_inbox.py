@@ -1,0 +1,134 @@
+"""The harness's inbox (ADR 0034), a real harness process against a scripted daemon on the real
+wire: each prompt is recorded as its engine takes it and reported ``Recorded``; an id sent
+twice, or one its transcript already holds, never reaches the engine again; a daemon of an
+older revision is sent no ``Recorded``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from helpers import kill_marked, python, reap_zombie_children, unique_session, wait_until
+from tether import wire
+from tether.journal import Message, scan
+
+ENGINE = """
+import os, sys
+from tether import run_harness
+
+async def engine(commands, ctx):
+    async for command in commands:
+        with open(os.environ["TOOK"], "a") as took:
+            took.write(command.id + "\\n")
+
+raise SystemExit(run_harness(engine))
+"""
+
+
+class Script:
+    """A daemon that welcomes at ``revision``, sends ``prompts`` and keeps what it is sent."""
+
+    def __init__(self, path: Path, revision: int, prompts: list[str]) -> None:
+        self.path = path
+        self.revision = revision
+        self.prompts = prompts
+        self.hellos: list[wire.Hello] = []
+        self.recorded: list[str] = []
+        self.pongs = 0
+
+    async def handle(self, connection: wire.Connection) -> None:
+        hello = await connection.receive()
+        assert isinstance(hello, wire.Hello)
+        self.hellos.append(hello)
+        await connection.send(wire.Welcome(hello.session, hello.epoch, 0.2, self.revision))
+        for prompt_id in self.prompts:
+            await connection.send(wire.Prompt(prompt_id, f"text of {prompt_id}", {}))
+        async for message in connection:
+            if isinstance(message, wire.Recorded):
+                self.recorded.append(message.prompt_id)
+            elif isinstance(message, wire.Pong):
+                self.pongs += 1
+
+
+@asynccontextmanager
+async def harness(directory: Path, script: Script, session: str) -> AsyncIterator[Path]:
+    """Serve ``script`` and run one harness of ``session`` against it; the file of ids its
+    engine took."""
+    took = directory / "took"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wire.serve, script.path, script.handle)
+        process = subprocess.Popen(
+            python(ENGINE),
+            env={
+                **os.environ,
+                "TETHER_SESSION": session,
+                "TETHER_EPOCH": "1",
+                "TETHER_AGENTD": str(script.path),
+                "TETHER_STATE_DIR": str(directory),
+                "TOOK": str(took),
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            yield took
+        finally:
+            process.terminate()  # its group's keeper stops with it, orphaned to us: reaped
+            await trio.to_thread.run_sync(process.wait)
+            kill_marked(session)
+            await wait_until(reap_zombie_children, timeout=10)
+            nursery.cancel_scope.cancel()
+
+
+def took(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def recorded(directory: Path, session: str) -> list[str]:
+    entries = scan((directory / f"{session}.jsonl").read_bytes()).entries
+    return [e.prompt_id for e in entries if isinstance(e, Message) and e.prompt_id is not None]
+
+
+async def test_each_prompt_once_at_the_engine_and_reported_recorded() -> None:
+    session = unique_session()
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        directory.chmod(0o700)
+        first = Script(directory / "a.sock", 4, ["p1", "p1", "p2", "p1"])
+        async with harness(directory, first, session) as path:
+            await wait_until(lambda: "p2" in first.recorded, timeout=20)
+            await wait_until(lambda: len(took(path)) >= 2, timeout=20)
+        assert first.hellos[0].revision == 4
+        assert took(path) == ["p1", "p2"]
+        assert recorded(directory, session) == ["p1", "p2"]
+        assert set(first.recorded) == {"p1", "p2"}
+        # The next harness of the session is sent both again (a daemon that never heard its
+        # predecessor's reports): both are reported at once, neither reaches the engine.
+        path.unlink()
+        second = Script(directory / "b.sock", 4, ["p2", "p1", "p3"])
+        async with harness(directory, second, session) as path:
+            await wait_until(lambda: "p3" in second.recorded, timeout=20)
+            await wait_until(lambda: took(path) == ["p3"], timeout=20)
+        assert second.recorded[:2] == ["p2", "p1"]
+        assert recorded(directory, session) == ["p1", "p2", "p3"]
+
+
+async def test_a_daemon_of_revision_3_is_sent_no_recorded() -> None:
+    session = unique_session()
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        directory.chmod(0o700)
+        old = Script(directory / "a.sock", 3, ["p1"])
+        async with harness(directory, old, session) as path:
+            await wait_until(lambda: took(path) == ["p1"], timeout=20)
+            pongs = old.pongs
+            await wait_until(lambda: old.pongs >= pongs + 2, timeout=20)  # beats went on
+        assert old.recorded == []
+        assert recorded(directory, session) == ["p1"]
+
