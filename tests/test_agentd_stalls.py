@@ -19,7 +19,7 @@ import trio
 
 from helpers import agentd_events, kill_marked, python, unique_session, wait_until
 from tether import Agentd, Backoff, SessionStatus, SqliteEpochStore, ToolResult
-from tether.journal import scan
+from tether.journal import Event, Message, scan
 
 HEARTBEAT = 0.2
 STALL = 1.5
@@ -37,8 +37,7 @@ ENGINE = textwrap.dedent(
         async for command in commands:
             if not isinstance(command, Prompt):
                 continue
-            what = command.text
-            await ctx.transcript.append_message("user", what)
+            what = command.text  # recorded by the harness as this loop took it
             if what == "sleep-forever":
                 await trio.sleep_forever()
             elif what == "hang-tool":
@@ -176,6 +175,14 @@ async def test_respawn_replaces_a_stalled_harness_and_a_fresh_epoch_answers(
     assert sealed.status == "aborted"
     assert sealed.reason is not None
     assert sealed.reason.startswith("stalled: tool hang silent for"), sealed.reason
+    # Its turn is sealed with the same cause, not redelivered (ADR 0034): the prompt is
+    # recorded once, and "done" after it.
+    entries = scan(transcript.read_bytes()).entries
+    prompts = [e.content for e in entries if isinstance(e, Message) and e.prompt_id]
+    assert prompts == ["hang-tool", "done"]
+    (cut,) = [e for e in entries if isinstance(e, Event) and e.kind == "turn_aborted"]
+    assert cut.data["prompt_id"] == first.prompt_id
+    assert cut.data["reason"].startswith("stalled: tool hang silent for"), cut.data
 
 
 async def test_a_daemon_restart_keeps_the_stall_and_its_silence(directory: Path) -> None:

@@ -5,17 +5,22 @@ older revision is sent no ``Recorded``."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
+import trio.testing
 
 from helpers import kill_marked, python, reap_zombie_children, unique_session, wait_until
-from tether import wire
+from tether import Sender, Transcript, channel, wire
+from tether.harness._inbox import Inbox
 from tether.journal import Message, scan
 
 ENGINE = """
@@ -132,3 +137,50 @@ async def test_a_daemon_of_revision_3_is_sent_no_recorded() -> None:
         assert old.recorded == []
         assert recorded(directory, session) == ["p1"]
 
+
+
+async def test_a_prompt_sent_again_while_its_record_is_on_the_way_is_reported_once_durable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon sends an id again while the harness is still syncing its record: it is not
+    reported until the record is durable (a report before it could be lost with the harness,
+    after the daemon had acknowledged the prompt)."""
+    synced = trio.Event()
+    async with await Transcript.open(tmp_path / "t.jsonl") as transcript:
+        append = transcript._append
+
+        async def slow_append(*args: Any) -> Any:
+            await synced.wait()  # the write and sync are under way until the test says
+            return await append(*args)
+
+        monkeypatch.setattr(transcript, "_append", slow_append)
+        inbox = Inbox(transcript)
+        tx, rx = channel(wire.Prompt | wire.Nudge, math.inf, name="commands")
+        rx.observe(inbox)
+        taken: list[str] = []
+
+        async def engine() -> None:
+            async for command in rx:
+                taken.append(command.id)
+
+        async def pump(sender: Sender[wire.Prompt | wire.Nudge]) -> None:
+            with sender:  # as the connection loop holds it
+                await inbox.pump(sender)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump, tx.move())
+            nursery.start_soon(engine)
+            try:
+                inbox.put(wire.Prompt("p1", "x", {}))
+                await trio.testing.wait_all_tasks_blocked()
+                assert transcript.has_prompt("p1")  # its record is under way
+                inbox.put(wire.Prompt("p1", "x", {}))  # sent again meanwhile
+                with trio.move_on_after(0.2):
+                    await inbox.reported()
+                    pytest.fail("reported before its record was durable")
+            finally:
+                synced.set()  # the record is shielded: it must be let finish
+            assert await inbox.reported() == ["p1"]
+            await trio.testing.wait_all_tasks_blocked()
+            assert taken == ["p1"]
+            nursery.cancel_scope.cancel()

@@ -45,6 +45,8 @@ class Inbox:
         self._unreported: collections.deque[str] = collections.deque(maxlen=MAX_UNREPORTED)
         self._asking = False
         """The engine is back at its channel and has taken nothing since."""
+        self._recording: str | None = None
+        """The prompt whose record is being made durable (not yet to be reported)."""
         self._open_turn = open_turn
         """The prompt whose turn the engine is in (its end not yet recorded): at first, the
         one an earlier harness's death cut short, which the engine may resume."""
@@ -58,10 +60,10 @@ class Inbox:
         """Take a command from the daemon: a prompt already recorded is only reported again,
         one already waiting is dropped; never blocks."""
         if isinstance(command, Prompt):
+            if command.id in self._queued or command.id == self._recording:
+                return  # reported once its record is durable
             if self.transcript.has_prompt(command.id):
                 self._report(command.id)
-                return
-            if command.id in self._queued:
                 return
             self._queued.add(command.id)
         self._waiting.append(command)
@@ -116,7 +118,11 @@ class Inbox:
                     return
 
     async def _record(self, prompt: Prompt) -> None:
-        await self.transcript.append_message("user", prompt.text, prompt_id=prompt.id)
+        self._recording = prompt.id
+        try:
+            await self.transcript.append_message("user", prompt.text, prompt_id=prompt.id)
+        finally:
+            self._recording = None
         self._open_turn = None  # this prompt's record ends the turn before it
         self._report(prompt.id)
 
