@@ -188,8 +188,8 @@ def test_io_awaited_inside_an_async_generator():
         async for reply in replies():
             assert reply == b"x"
         a.close()
-    script = f"sleep {DELAY}; printf x >&{b.fileno()}"  # no thread of ours wakes it
-    writer = subprocess.Popen(["sh", "-c", script], pass_fds=[b.fileno()])
+    script = f"import os, time; time.sleep({DELAY}); os.write({b.fileno()}, b'x')"
+    writer = subprocess.Popen([sys.executable, "-c", script], pass_fds=[b.fileno()])  # not us
     b.close()
     trio.run(main)
     writer.wait()
