@@ -5,6 +5,7 @@ killed or stopped on the way, and no prompt reaches an engine twice."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -238,3 +239,29 @@ async def test_send_no_wait_answers_queued_while_the_engine_is_busy(directory: P
         assert set(answer) == {"session", "prompt_id"}
         assert [q.id for q in await daemon.store.pending()] == [answer["prompt_id"]]
         assert records(directory, session) == ["first"]
+
+
+async def test_a_send_retried_with_its_id_is_one_prompt(directory: Path) -> None:
+    """``tether send`` that gives up (``--timeout``) names the prompt's id; sending again with
+    ``--id`` is the same prompt: both deliveries answer with it, and it is recorded once."""
+    session = unique_session()
+    sock = str(directory / "agentd.sock")
+    tether = [sys.executable, "-m", "tether", "send", "--socket", sock]
+    async with running(directory) as daemon:
+        await daemon.agentd.deliver(session, wire.Prompt("first", "a turn", {"steps": 20}))
+        given_up = await trio.run_process(
+            [*tether, "--timeout", "0.5", session, "second"], capture_stderr=True, check=False
+        )
+        assert given_up.returncode == 75, given_up.stderr
+        said = given_up.stderr.decode()
+        prompt_id = said.split("--id ")[1].split()[0]
+        again = await trio.run_process(
+            [*tether, "--id", prompt_id, session, "second"], capture_stdout=True, check=False
+        )
+        assert again.returncode == 0
+        assert json.loads(again.stdout)["prompt_id"] == prompt_id
+        assert records(directory, session) == ["first", prompt_id]
+        # The given-up client's delivery went on in the daemon, and ended with the same report.
+        counts = daemon.agentd._outbox.counts
+        await wait_until(lambda: counts.delivered == 3, timeout=10)
+        assert counts.failed == 0

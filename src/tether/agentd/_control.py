@@ -126,10 +126,11 @@ class ControlHandler:
             return {"sessions": [row.to_json() for row in ops.status()]}
         if op is ControlOp.START:
             return attrs.asdict(await ops.start_agent(request.session))
-        if op is ControlOp.SEND and not request.wait:
-            return attrs.asdict(await ops.deliver_later(request.session, request.text))
         if op is ControlOp.SEND:
-            return attrs.asdict(await ops.deliver(request.session, request.text))
+            prompt = _prompt(request)
+            if not request.wait:
+                return attrs.asdict(await ops.deliver_later(request.session, prompt))
+            return attrs.asdict(await ops.deliver(request.session, prompt))
         if op is ControlOp.STOP:
             await ops.stop_agent(request.session)
             return {"session": request.session, "state": SessionState.STOPPED}
@@ -157,6 +158,22 @@ class ControlHandler:
         path = os.path.join(ops.state_dir, request.session, "harness.log")
         await stream_log(connection, path, lines=request.lines, follow=request.follow)
         return True
+
+
+def _prompt(request: Control) -> str | Prompt:
+    """The prompt a ``send`` asks for: with the client's id, if it chose one.
+
+    Raises:
+        ProtocolError: an id that is not 1 to 128 letters, digits, ``.``, ``_`` or ``-``.
+    """
+    if not request.prompt_id:
+        return request.text
+    if not valid_name(request.prompt_id):
+        raise ProtocolError(
+            f"a prompt id must be 1 to 128 letters, digits, '.', '_' or '-', not"
+            f" {request.prompt_id[:40]!r}"
+        )
+    return Prompt(request.prompt_id, request.text, {})
 
 
 def _op(request: Control) -> ControlOp:

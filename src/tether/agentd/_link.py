@@ -19,8 +19,8 @@ from ._awake import AwakeClock
 RECORD_REVISION = 4
 """The first harness revision that reports ``Recorded`` (ADR 0034)."""
 MAX_RECORDED = 10_000
-"""Reported ids kept for a waiter that has not come yet; beyond it the oldest are dropped (a
-waiter that comes later sends its prompt again and is answered anew)."""
+"""Reported ids a link keeps; beyond it the oldest are dropped (a waiter that comes later
+sends its prompt again and is answered anew)."""
 
 
 class Link:
@@ -43,7 +43,8 @@ class Link:
         """The harness reports each prompt recorded (``Recorded``); an older one is only
         known to have read it."""
         self._recorded: dict[str, None] = {}
-        """Ids reported recorded and not yet waited for (oldest first, bounded)."""
+        """Ids reported recorded on this link (oldest first, bounded): two deliveries of one id
+        (a client's retry beside its first try) both see the one report."""
         self.last_pong = clock.now()
         """When the harness last answered, on the daemon's awake clock."""
         self.closed = False
@@ -133,10 +134,7 @@ class Link:
             if self._changed is None:
                 self._changed = trio.Event()
             await self._changed.wait()
-        if prompt_id not in self._recorded:
-            return False
-        del self._recorded[prompt_id]
-        return True
+        return prompt_id in self._recorded
 
     async def roundtrip(self) -> bool:
         """Ping now and wait for the answer; ``False`` if the link closes first. Every message

@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import uuid
 from typing import Any, TextIO
 
 from ..agentd._state import SessionState
 from ..wire._control import ControlOp, default_socket
-from ._errors import Formatter, positive
+from ._errors import EX_PROTOCOL, EX_TEMPFAIL, CliError, Formatter, positive
 from ._ps import table
 from ._request import request
 
@@ -68,6 +69,11 @@ def add_commands(commands: Any) -> None:
         "--no-wait", dest="wait", action="store_false",
         help="answer once the prompt is queued, not once an engine has recorded it",
     )  # fmt: skip
+    send.add_argument(
+        "--id", dest="prompt_id", default=None, metavar="ID",
+        help="the prompt's id (default: a new one, named if the send fails): sending it again"
+        " with the same id delivers it once",
+    )  # fmt: skip
     for name, summary in (
         (ControlOp.STOP, "stop a session's harness tree; it stays down until started"),
         (ControlOp.RESET, "clear a failed session's failure and its restart count"),
@@ -110,7 +116,15 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     text = getattr(args, "text", "")
     if text == "-":
         text = sys.stdin.read()
-    result = _request(args, text)
+    if op is ControlOp.SEND:
+        args.prompt_id = args.prompt_id or uuid.uuid4().hex
+    try:
+        result = _request(args, text)
+    except CliError as exc:
+        if op is ControlOp.SEND and exc.code in (EX_TEMPFAIL, EX_PROTOCOL):
+            again = f"tether send --id {args.prompt_id} {args.session} ..."
+            exc.message += f" (the prompt may still be delivered: `{again}` delivers it once)"
+        raise
     if op is ControlOp.PS:
         out.write(_ps(result, args))
     else:
@@ -122,7 +136,7 @@ def _request(args: argparse.Namespace, text: str) -> dict[str, Any]:
     return request(
         args.socket, args.command, getattr(args, "session", ""), text,
         create=getattr(args, "create", False), wait=getattr(args, "wait", True),
-        timeout=getattr(args, "timeout", None),
+        prompt_id=getattr(args, "prompt_id", None) or "", timeout=getattr(args, "timeout", None),
     )  # fmt: skip
 
 

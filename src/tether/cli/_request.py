@@ -27,6 +27,7 @@ def request(
     *,
     create: bool = False,
     wait: bool = True,
+    prompt_id: str = "",
     timeout: float | None = None,
 ) -> dict[str, Any]:
     """Send one ``Control`` and return the daemon's ``Reply``; wait at most ``timeout`` for it
@@ -38,7 +39,7 @@ def request(
             daemon refused it (its reason and code).
     """
     try:
-        frame = encode(Control(op, session, text, create=create, wait=wait))
+        frame = encode(Control(op, session, text, create=create, wait=wait, prompt_id=prompt_id))
     except ProtocolError as exc:
         raise CliError(EX_DATAERR, f"the {op} request cannot be sent: {exc.reason}") from None
     with _connect(socket_path) as sock:

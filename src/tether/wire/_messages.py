@@ -126,6 +126,10 @@ class Control:
     """``events``, ``logs``: how many past lines first (0: the command's default)."""
     wait: bool = True
     """``send``: answer once the prompt is recorded (``False``: once it is queued)."""
+    prompt_id: str = ""
+    """``send``: the prompt's id, chosen by the client, so that sending it again (after a
+    timeout, or a daemon that died mid-request) is the same prompt, delivered once (empty:
+    the daemon picks one)."""
 
 
 @attrs.frozen
