@@ -31,6 +31,8 @@ from helpers import (
 )
 from test_agentd import running
 from test_agentd_faults import TETHER, cli_daemon, directory, tether_cmd
+from tether import SessionRecord, SqliteEpochStore
+from tether.process import boot_id
 
 __all__ = ["directory"]  # the fixture
 
@@ -354,5 +356,31 @@ async def test_a_session_log_swapped_for_a_symlink_or_fifo_is_replaced_at_spawn(
                 assert started.how == "respawned"
                 assert stat.S_ISREG(log.lstat().st_mode)
             assert elsewhere.read_text() == "mine\n"
+    finally:
+        kill_marked(session)
+
+
+async def test_a_live_harness_its_record_does_not_name_is_adopted_not_superseded(
+    directory: Path,
+) -> None:
+    """Found by the campaign: a daemon adopted a harness by its hello, could not record it (the
+    disk was full) and was killed; the next daemon read a record naming a dead pid, respawned
+    the session, and superseded the live harness, whose tool was interrupted. A live harness
+    marked with the session's current epoch and this store is adopted instead."""
+    session = unique_session()
+    try:
+        async with running(directory, stop=False) as daemon:
+            attached = await daemon.agentd.start_agent(session)
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        stale = SessionRecord(pid=gone.pid, create_time=time.time(), boot_id=boot_id(),
+                              state="running")  # fmt: skip
+        async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
+            await store.save(session, stale, epoch=attached.epoch)
+        async with running(directory) as daemon:
+            again = await daemon.agentd.start_agent(session)
+            assert (again.how, again.pid, again.epoch) == ("reattached", attached.pid, 1)
+        details = [r["detail"] for r in agentd_events(directory, session) if r["kind"] == "exited"]
+        assert any(f"pid {attached.pid} holds epoch 1 unrecorded" in d for d in details)
     finally:
         kill_marked(session)

@@ -4,15 +4,19 @@ A recorded harness is adopted only if the very same process still runs (same boo
 creation time, not a zombie), was started for this very store (its ``TETHER_STORE_ID``: a
 daemon on a copy of the store must not take, judge and kill the original's harnesses) and, on
 a shared store, if the session is still this host's; it then has ``patience`` to reconnect.
-One found dead is reaped if it is ours and what it left is swept. A session another host
-wrote last is shown ``elsewhere``.
+One found dead is reaped if it is ours and what it left is swept, unless a live harness of the
+session's current epoch carries this store's mark: a previous daemon adopted or started it and
+could not record it (a full disk, a kill before the write), and it is adopted instead of being
+superseded by a fresh one. A session another host wrote last is shown ``elsewhere``.
 """
 
 from __future__ import annotations
 
+import psutil
+
 from ..epochs import EpochStore, SessionRecord
 from ..process import ProcessRef, reap
-from ..process._table import marks
+from ..process._table import marks, snapshot
 from ._awake import AwakeClock
 from ._events import EventKind
 from ._guard import Tasks
@@ -55,9 +59,16 @@ async def adopt_all(
         if record.pid is None or record.create_time is None or record.epoch is None:
             continue
         ref = _find(record)
+        epoch = record.epoch
         if ref is None or not ref.is_alive():
             if ref is not None:
                 reap(ref)  # our zombie: a daemon restarted in-process
+            unrecorded = await _unrecorded(store, name, harnesses.store_id, settings.harness_argv)
+            if unrecorded is not None:
+                ref, epoch = unrecorded
+                detail = f"pid {record.pid} is gone; pid {ref.pid} holds epoch {epoch} unrecorded"
+                sessions.emit(session, EventKind.EXITED, epoch=record.epoch, detail=detail)
+        if ref is None or not ref.is_alive():
             tasks.start(harnesses.sweep, session, record.epoch, name=f"sweep {name}")
             session.become(recorded if recorded.settled else SessionState.DEAD)
             detail = f"pid {record.pid} is gone (found dead after a restart)"
@@ -69,8 +80,8 @@ async def adopt_all(
             detail = f"pid {record.pid} runs for another store ({owner or 'unmarked'}): left alone"
             sessions.emit(session, EventKind.EXITED, epoch=record.epoch, detail=detail)
             continue
-        harness = Harness(ref, record.epoch, None, since=clock.now())
-        if not await lease.claim(name, record.epoch):
+        harness = Harness(ref, epoch, None, since=clock.now())
+        if not await lease.claim(name, epoch):
             sessions.emit(session, EventKind.SUPERSEDED, harness, "another host took it over")
             tasks.start(harnesses.confirm_exit, session, harness, name=f"superseded {name}")
             continue
@@ -88,6 +99,42 @@ def _find(record: SessionRecord) -> ProcessRef | None:
     assert record.pid is not None
     assert record.create_time is not None
     return ProcessRef.find(record.pid, record.create_time, record.boot_id)
+
+
+async def _unrecorded(
+    store: EpochStore, session: str, store_id: str | None, argv: tuple[str, ...]
+) -> tuple[ProcessRef, int] | None:
+    """The live harness of the session's current epoch that no record names, and its epoch."""
+    current = await store.current(session)
+    if current is None or store_id is None:
+        return None
+    ref = _marked_harness(session, current, store_id, argv)
+    return None if ref is None else (ref, current)
+
+
+def _marked_harness(
+    session: str, epoch: int, store_id: str, argv: tuple[str, ...]
+) -> ProcessRef | None:
+    """A live process marked as ``session``'s harness at ``epoch`` for this store, running
+    ``argv``: the top one (its children carry the same mark, and one between fork and exec
+    looks just like it; an orphaned keeper or tool runs something else)."""
+    stats = snapshot()
+    found = {}
+    for pid in stats:
+        mark = marks(pid)
+        if mark is not None and (mark.session, mark.epoch, mark.store) == (
+            session, str(epoch), store_id
+        ):
+            found[pid] = stats[pid]
+    for pid, stat in found.items():
+        if stat.ppid in found or stat.state == "Z":
+            continue
+        try:
+            if tuple(psutil.Process(pid).cmdline()) == argv:
+                return ProcessRef.of(pid)
+        except (psutil.Error, ProcessLookupError):
+            continue
+    return None
 
 
 def _store_of(ref: ProcessRef) -> str | None:
