@@ -5,7 +5,7 @@ down by a third within seconds, so each round runs tether and the bare loop back
 (alternating which goes first) and the table gives medians and the range of the rounds'
 ratios. Prints one markdown table:
 
-- appends per second of ``Transcript.tool_call`` (encode, write into reserved space, sync by
+- appends per second of ``Transcript.tool_call`` (encode, append to the plain file, sync by
   the kernel's AIO) against a bare loop of ``os.write`` + ``os.fsync`` of the same bytes in the
   same directory, sequential and from 8 concurrent tasks;
 - the time to open (and so scan and validate) a 100,000-entry transcript whose last line is
@@ -73,20 +73,18 @@ def _lines(count: int) -> list[bytes]:
     ]
 
 
-def _reserved(path: str) -> tuple[int, _aio.KernelSync]:
+def _plain(path: str) -> tuple[int, _aio.KernelSync]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    os.posix_fallocate(fd, 0, 1 << 24)
-    os.fsync(fd)
     sync = _aio.KernelSync.open(fd)
     assert sync is not None, "no kernel AIO here"
     return fd, sync
 
 
 def floor_blocking(path: str, count: int) -> float:
-    """The floor without trio: ``pwrite`` into reserved space, the kernel's ``fdatasync``,
-    the thread blocked on the eventfd."""
+    """The floor without trio: ``pwrite`` at the end of the file (growing it), the kernel's
+    ``fdatasync``, the thread blocked on the eventfd."""
     lines = _lines(count)
-    fd, sync = _reserved(path)
+    fd, sync = _plain(path)
     os.set_blocking(sync._eventfd, True)
     offset = 0
     started = time.perf_counter()
@@ -106,7 +104,7 @@ def floor_blocking(path: str, count: int) -> float:
 async def floor_trio(path: str, count: int) -> float:
     """The floor under a transcript: the same, awaited in trio (no entries, no index)."""
     lines = _lines(count)
-    fd, sync = _reserved(path)
+    fd, sync = _plain(path)
     offset = 0
     started = time.perf_counter()
     for line in lines:

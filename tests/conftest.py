@@ -1,7 +1,9 @@
-"""Suite-wide guards: no test may leave a process behind."""
+"""Suite-wide guards: no test may leave a process behind, and every JSONL file a test leaves
+in its ``tmp_path`` (transcripts, event logs) reads as plain JSON lines to any reader."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +50,34 @@ def no_process_left_behind() -> Iterator[None]:
     psutil.wait_procs([*zombies, *alive], timeout=5.0)
     if described:
         pytest.fail("processes left behind by the suite:\n" + "\n".join(described))
+
+
+@pytest.fixture(autouse=True)
+def jsonl_stays_plain(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Issue 28: after each test that has a ``tmp_path``, read every ``*.jsonl`` under it as
+    ``jq`` or a log shipper would, line by line: no NUL byte, and every line JSON but a torn
+    last one (a writer killed mid-line). A test that damages files on purpose says so with
+    ``@pytest.mark.damages_jsonl``."""
+    if "tmp_path" not in request.fixturenames or request.node.get_closest_marker("damages_jsonl"):
+        yield
+        return
+    root: Path = request.getfixturevalue("tmp_path")  # now: it is torn down after this
+    yield
+    for path in root.rglob("*.jsonl"):
+        try:
+            data = path.read_bytes()
+        except OSError:  # a FIFO, a directory named so, a file gone meanwhile: not ours
+            continue
+        where = f"{path.relative_to(root)}"
+        nul = data.find(b"\0")
+        assert nul < 0, f"{where}: a NUL byte at {nul}"
+        lines = data.split(b"\n")
+        lines.pop()  # after the last newline: empty, or a torn line
+        for number, line in enumerate(lines, 1):
+            try:
+                json.loads(line)
+            except ValueError:
+                pytest.fail(f"{where}: line {number} is not JSON: {line[:80]!r}")
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,10 @@
 Every function here blocks on the disk; ``_transcript.py`` runs them in a worker thread. Every
 ``OSError`` leaves as a ``JournalError`` naming the file, and nothing opened is left open.
 
-The file is grown ahead of its data in ``RESERVE``-byte steps (``posix_fallocate``, made durable
-once), so an append overwrites reserved space and ``fdatasync`` has no size or allocation to
-write: 1.3 to 1.4x the appends per second of ``write`` + ``fsync`` at the end (ADR 0027). The
-reserved tail reads as zeros, which the scan takes for the end of the data; closing cuts it off.
+The file holds its data and nothing else at every instant: each append grows it, so it is plain
+JSON lines to any reader while it is written, and `tail -f` follows it (ADR 0035). A zero tail
+left by a writer of before (which reserved space ahead: ADR 0027) is cut off, durably, when the
+file is opened for writing.
 """
 
 from __future__ import annotations
@@ -46,9 +46,6 @@ class Repair:
     """Every damaged span, with its offset and length in the file as it was found."""
 
 
-RESERVE = 1 << 20
-"""Bytes the file is grown by ahead of its data, by default (``Transcript.open(reserve=)``)."""
-
 datasync = getattr(os, "fdatasync", os.fsync)
 """``fdatasync`` where the platform has it (the file's length is synced with its data)."""
 
@@ -60,18 +57,16 @@ class Loaded:
     """Where the data ends."""
     repair: Repair | None
     allocated: int
-    """The file's length: ``size`` plus the zero tail reserved by an earlier writer."""
+    """The file's length: ``size`` plus a zero tail an earlier writer reserved (ADR 0027)."""
 
 
 @attrs.define
 class Tail:
-    """Where a writer's data ends and how far the file reaches beyond it."""
+    """Where a writer's data ends and how far the file reaches beyond it (only while a zero
+    tail of an earlier writer is being cut off)."""
 
     size: int
     allocated: int
-    reserve: int = RESERVE
-    """Bytes to grow the file by ahead of its data; 0 once the filesystem refused: appends
-    then grow the file themselves."""
 
 
 def load(path: str, *, create: bool) -> Loaded:
@@ -142,8 +137,6 @@ def append(fd: int, data: bytes, tail: Tail, path: str) -> None:
     """
     end = tail.size + len(data)
     try:
-        if end > tail.allocated:
-            _reserve(fd, tail, end)
         write_all(fd, data, tail.size)
         datasync(fd)  # it also writes the file's length, if this append grew it
     except OSError as exc:
@@ -161,26 +154,9 @@ def cut_back(fd: int, tail: Tail) -> None:
         tail.allocated = tail.size
 
 
-def _reserve(fd: int, tail: Tail, end: int) -> None:
-    """Grow the file to ``end + tail.reserve`` with zeros, durably; a filesystem that cannot, or a
-    disk too full for the reserve, leaves the file as it is (the append then grows it)."""
-    if tail.reserve <= 0 or not hasattr(os, "posix_fallocate"):
-        return
-    target = end + tail.reserve
-    try:
-        os.posix_fallocate(fd, tail.allocated, target - tail.allocated)
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            tail.reserve = 0
-        tail.allocated = os.fstat(fd).st_size  # a failed reserve may have grown it partly
-        return
-    tail.allocated = target
-
-
 def trim(fd: int, tail: Tail) -> None:
-    """Cut the reserved tail off, durably, so a closed transcript is plain JSON lines; best
-    effort (a tail left behind reads as the end of the data)."""
+    """Cut a zero tail off, durably, so the file is plain JSON lines; best effort (a tail left
+    behind reads as the end of the data to tether, and is cut again at the next open)."""
     if tail.allocated > tail.size:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, tail.size)

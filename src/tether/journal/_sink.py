@@ -1,10 +1,11 @@
 """``Sink``: where a transcript's bytes go, durably, and which path each append takes.
 
-The fast path: an append that fits in the space reserved ahead is copied into the page cache
-on the trio thread (``pwrite``, a few microseconds) and synced by the kernel (``KernelSync``),
-so no thread is woken. Everything else (an append that must reserve more space, one over
-``INLINE_WRITE``, a kernel without AIO, ``TETHER_AIO=0``) is written and synced on the
-transcript's worker thread, and so is the sync of an append that finds the AIO ring full.
+The fast path: an append is copied into the page cache on the trio thread (``pwrite`` at the
+end of the data, growing the file; a few microseconds) and synced by the kernel
+(``KernelSync``: an ``fdatasync``, which writes the new length too), so no thread is woken.
+Everything else (an append over ``INLINE_WRITE``, a kernel without AIO, ``TETHER_AIO=0``) is
+written and synced on the transcript's worker thread, and so is the sync of an append that
+finds the AIO ring full.
 Either way a failed append cuts the file back to where the data ended and raises
 ``JournalError``: nothing of it is durable.
 """
@@ -28,7 +29,7 @@ the page cache for longer than a thread hop costs."""
 
 
 class Sink:
-    """One transcript file open for appending, its reserved tail and its sync paths."""
+    """One transcript file open for appending, where its data ends, and its sync paths."""
 
     def __init__(
         self, fd: int, tail: Tail, worker: Worker, sync: KernelSync | None, path: str
@@ -41,9 +42,11 @@ class Sink:
 
     @classmethod
     async def open(cls, path: str, tail: Tail, worker: Worker) -> Sink:
-        """Open ``path`` for appending after ``tail.size`` (``JournalError`` if it cannot)."""
+        """Open ``path`` for appending after ``tail.size``, a zero tail of an earlier writer
+        cut off first (``JournalError`` if it cannot be opened)."""
         fd = await worker.run(_disk.open_for_append, path)
         try:
+            await worker.run(_disk.trim, fd, tail)
             sync = await worker.run(KernelSync.open, fd) if _aio.wanted() else None
         except BaseException:
             os.close(fd)
@@ -64,7 +67,7 @@ class Sink:
             JournalError: nothing of ``data`` is durable; the file is as it was.
         """
         tail = self.tail
-        if self._sync is None or len(data) > INLINE_WRITE or tail.size + len(data) > tail.allocated:
+        if self._sync is None or len(data) > INLINE_WRITE or tail.allocated > tail.size:
             await self._worker.run(_disk.append, self.fd, data, tail, self.path)
             return
         try:
@@ -77,9 +80,10 @@ class Sink:
                 await self._worker.run(_disk.cut_back, self.fd, tail)
             raise _disk.error(exc, self.path) from exc
         tail.size += len(data)
+        tail.allocated = tail.size
 
     async def aclose(self) -> None:
-        """Cut the reserved tail off and close the file (on the worker thread)."""
+        """Close the file (on the worker thread)."""
         sync, self._sync = self._sync, None
         await self._worker.run(_close, self.fd, self.tail, sync)
 

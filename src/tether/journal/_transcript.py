@@ -76,7 +76,6 @@ class Transcript(metaclass=NoPublicConstructor):
         create: bool = True,
         resume: bool = False,
         reason: str | None = None,
-        reserve: int = _disk.RESERVE,
     ) -> Transcript:
         """Open (or create) the transcript at ``path``, repairing a torn or corrupt tail.
 
@@ -87,10 +86,8 @@ class Transcript(metaclass=NoPublicConstructor):
         ``resume=True`` every dangling tool call is sealed with an ``aborted``
         result giving ``reason`` (default: "session resumed after an unclean shutdown").
 
-        While open, the file is grown ``reserve`` bytes (1 MiB) ahead of its data, so appends
-        need no change of the file's length to be durable; the reserved tail reads as zeros,
-        every reader in tether takes it for the end of the data, and closing cuts it off. A
-        program that follows the file live (``tail -f``) wants ``reserve=0``.
+        The file holds plain JSON lines at every instant: each append grows it (``tail -f``
+        follows it), and a zero tail an earlier version reserved is cut off here (ADR 0035).
 
         Raises:
             JournalError: the file is missing (``create=False``), unreadable, unwritable, or
@@ -105,7 +102,7 @@ class Transcript(metaclass=NoPublicConstructor):
             raise
         try:
             loaded = await worker.run(lambda: _disk.load(path, create=create))
-            tail = _disk.Tail(loaded.size, loaded.allocated, max(0, reserve))
+            tail = _disk.Tail(loaded.size, loaded.allocated)
             sink = await Sink.open(path, tail, worker)
         except BaseException:
             os.close(lock_fd)
