@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import trio
 
 from tether import Transcript
 
@@ -93,3 +96,32 @@ async def test_transcript_show_and_repair(tmp_path: Path) -> None:
     missing = _tether("transcript", "show", str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 1
     assert "No such file" in missing.stdout
+
+
+async def test_transcript_show_json_and_tail_follow_a_live_one(tmp_path: Path) -> None:
+    """Issue 28: ``show --json`` is one JSON array a program reads; ``tail -f`` follows a
+    transcript while it is written (the file grows with each append) and ends on SIGINT."""
+    path = tmp_path / "s.jsonl"
+    async with await Transcript.open(path) as tr:
+        first = await tr.tool_call("bash", {"cmd": "make test"})
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "tether", "transcript", "tail", "-f", "--json", str(path)],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert follower.stdout is not None
+            line = await trio.to_thread.run_sync(follower.stdout.readline)
+            assert json.loads(line)["id"] == first.id  # the past entries first
+            result = await tr.tool_result(first.id, "ok then", "ok")
+            with trio.fail_after(30):
+                line = await trio.to_thread.run_sync(follower.stdout.readline)
+            assert (json.loads(line)["id"], json.loads(line)["status"]) == (result.id, "ok")
+        finally:
+            follower.send_signal(signal.SIGINT)
+            code = await trio.to_thread.run_sync(follower.wait)
+            assert follower.stdout is not None
+            follower.stdout.close()
+        assert code == 0
+        shown = _tether("transcript", "show", "--json", str(path))
+    assert shown.returncode == 0
+    assert [e["id"] for e in json.loads(shown.stdout)] == [first.id, result.id]

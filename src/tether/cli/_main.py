@@ -45,12 +45,24 @@ def parser() -> Parser:
     demo.add_argument("--keep", action="store_true", help="keep the run's directory")
     transcript = commands.add_parser(
         "transcript", help="read or repair a session transcript",
-        description="Show a transcript's entries, or repair it (damaged lines quarantined).",
-        epilog="example:\n  tether transcript show ~/.tether/s1/s1.jsonl",
+        description="Show a transcript's entries, follow a live one, or repair it (damaged"
+        " lines quarantined).",
+        epilog="examples:\n  tether transcript show ~/.tether/s1/s1.jsonl\n"
+        "  tether transcript tail -f ~/.tether/s1/s1.jsonl",
         formatter_class=Formatter,
     )  # fmt: skip
-    transcript.add_argument("action", choices=("show", "repair"), help="what to do")
+    transcript.add_argument("action", choices=("show", "tail", "repair"), help="what to do")
     transcript.add_argument("path", help="the transcript (.jsonl)")
+    transcript.add_argument(
+        "--json", action="store_true",
+        help="show: the entries as one JSON array; tail: one JSON object per line",
+    )  # fmt: skip
+    transcript.add_argument(
+        "--follow", "-f", action="store_true", help="tail: keep showing entries as they come"
+    )
+    transcript.add_argument(
+        "--lines", "-n", type=int, default=10, help="tail: how many past entries first"
+    )
     commands.add_parser(
         "run",
         help="run a command like tini: signals forwarded and named, orphans reaped, nothing"
@@ -90,7 +102,7 @@ def _run(args: list[str]) -> int:
     if parsed.command == "transcript":
         from . import _transcript
 
-        return _transcript.run(parsed.action, parsed.path, sys.stdout)
+        return _transcript.run(parsed, sys.stdout)
     if parsed.command == "agentd":
         from . import _agentd
 

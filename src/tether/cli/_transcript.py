@@ -1,14 +1,21 @@
-"""``tether transcript show PATH`` and ``tether transcript repair PATH``."""
+"""``tether transcript show|tail|repair PATH``: read a transcript as a person or a program
+would, follow a live one, or repair it."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import time
 from typing import Any, TextIO
 
 import trio
 
 from ..journal import Entry, Event, JournalError, Message, ToolCall, ToolResult, Transcript, scan
+from ..journal._entries import encode
+
+FOLLOW_EVERY = 0.2
+"""Seconds between looks at a followed transcript's length (``tail -f`` polls as well)."""
 
 
 def _brief(value: Any, width: int = 60) -> str:
@@ -17,10 +24,13 @@ def _brief(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _line(entry: Entry, answered: set[str]) -> str:
+def _line(entry: Entry, answered: set[str] | None) -> str:
+    """One entry for a person; a call with no result in ``answered`` is marked dangling
+    (``None``: a live transcript, whose calls are not yet answered)."""
     head = f"{entry.seq:>6}  {entry.ts}  "
     if isinstance(entry, ToolCall):
-        mark = "" if entry.id in answered else "   <- DANGLING: no result"
+        dangling = answered is not None and entry.id not in answered
+        mark = "   <- DANGLING: no result" if dangling else ""
         return f"{head}call    {entry.name}({_brief(entry.args)}) [{entry.id}]{mark}"
     if isinstance(entry, ToolResult):
         reason = f" ({entry.reason})" if entry.reason else ""
@@ -31,8 +41,15 @@ def _line(entry: Entry, answered: set[str]) -> str:
     return f"{head}event   {entry.kind} {_brief(entry.data)}"
 
 
-def show(path: str, out: TextIO) -> int:
-    """Print the transcript readably, dangling calls marked; changes nothing. Exit status."""
+def _record(entry: Entry) -> dict[str, Any]:
+    """The entry as its line's JSON object."""
+    record: dict[str, Any] = json.loads(encode(entry))
+    return record
+
+
+def show(path: str, out: TextIO, *, as_json: bool = False) -> int:
+    """Print the transcript readably, dangling calls marked (or, ``as_json``, its entries as
+    one JSON array); changes nothing. Exit status: 0, 1 unreadable, 2 damaged."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -41,6 +58,10 @@ def show(path: str, out: TextIO) -> int:
         return 1
     found = scan(data)
     entries = found.entries
+    if as_json:
+        json.dump([_record(entry) for entry in entries], out, ensure_ascii=False)
+        out.write("\n")
+        return 0 if found.intact else 2
     answered = {e.call_id for e in entries if isinstance(e, ToolResult)}
     for entry in entries:
         print(_line(entry, answered), file=out)
@@ -85,8 +106,58 @@ async def repair(path: str, out: TextIO) -> int:
     return 0
 
 
-def run(command: str, path: str, out: TextIO) -> int:
-    """Dispatch ``show`` or ``repair``."""
-    if command == "show":
-        return show(path, out)
-    return trio.run(repair, path, out)
+def tail(path: str, out: TextIO, *, lines: int, follow: bool, as_json: bool) -> int:
+    """Print the last ``lines`` entries, then (``follow``) each whole line appended after,
+    until interrupted. Exit status: 0, or 1 if the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        print(f"tether transcript: {path}: {os.strerror(exc.errno or 0)}", file=out)
+        return 1
+    for entry in scan(data).entries[-lines:] if lines > 0 else []:
+        _print(entry, out, as_json)
+    if not follow:
+        return 0
+    offset = data.rfind(b"\n") + 1  # a torn last line is shown once it is whole
+    try:
+        while True:
+            offset = _follow(path, offset, out, as_json)
+            time.sleep(FOLLOW_EVERY)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _follow(path: str, offset: int, out: TextIO, as_json: bool) -> int:
+    """Print the whole lines after ``offset``; the offset after them. A file cut shorter (a
+    repair) is followed from its new end."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < offset:
+                return size
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset  # moved or replaced meanwhile: look again
+    whole = data[: data.rfind(b"\n") + 1]
+    for entry in scan(whole).entries:
+        _print(entry, out, as_json)
+    out.flush()
+    return offset + len(whole)
+
+
+def _print(entry: Entry, out: TextIO, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(_record(entry), ensure_ascii=False), file=out)
+    else:
+        print(_line(entry, None), file=out)
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    """Dispatch ``show``, ``tail`` or ``repair``."""
+    if args.action == "show":
+        return show(args.path, out, as_json=args.json)
+    if args.action == "tail":
+        return tail(args.path, out, lines=args.lines, follow=args.follow, as_json=args.json)
+    return trio.run(repair, args.path, out)
