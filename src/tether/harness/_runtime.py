@@ -8,6 +8,7 @@ inside the session's child group, and every way out is an exit with a documented
   calls sealed "worker shut down mid-call (SIGTERM from pid N, cmd)".
 - the engine returns (0); the engine raises (1, traceback logged, dangling calls sealed).
 - agentd unreachable for ``reconnect_for`` seconds (69): the engine is cancelled, calls sealed.
+- a prompt cannot be recorded in the transcript (74): it never reaches the engine (ADR 0034).
 
 In every case the child group is left, so every child tree is stopped and reaped. ADR 0009
 explains the ownership: the command channel's only strong sender is moved into the loop.
