@@ -9,12 +9,14 @@ from ._supervisor import EXIT_DAEMON_GONE as EXIT_DAEMON_GONE
 from ._supervisor import EXIT_ENGINE_FAILED as EXIT_ENGINE_FAILED
 from ._supervisor import EXIT_OK as EXIT_OK
 from ._supervisor import EXIT_SUPERSEDED as EXIT_SUPERSEDED
+from ._supervisor import EXIT_TRANSCRIPT_FAILED as EXIT_TRANSCRIPT_FAILED
 
 __all__ = [
     "EXIT_DAEMON_GONE",
     "EXIT_ENGINE_FAILED",
     "EXIT_OK",
     "EXIT_SUPERSEDED",
+    "EXIT_TRANSCRIPT_FAILED",
     "Command",
     "Engine",
     "HarnessContext",
