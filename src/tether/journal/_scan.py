@@ -5,8 +5,9 @@ it; any other line is damage, and so is a last line without its newline (a torn 
 line in the middle is damage on its own: the valid entries after it are kept, in order, so one
 flipped byte never costs an acknowledged entry or the result of a finished tool call.
 
-A run of zero bytes at the very end is space the writer reserved ahead (ADR 0027), not
-damage: the data ends at the last byte that is not zero. No valid line holds a zero byte
+A run of zero bytes at the very end is space a writer of an earlier version reserved ahead
+(ADR 0027; none is written since ADR 0035), not damage: the data ends at the last byte that
+is not zero. No valid line holds a zero byte
 (JSON escapes it), so a zero anywhere else is damage like any other bad byte.
 """
 
