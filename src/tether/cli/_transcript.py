@@ -47,14 +47,21 @@ def _record(entry: Entry) -> dict[str, Any]:
     return record
 
 
+def _read(path: str, out: TextIO) -> bytes | None:
+    """The file's bytes, or ``None`` with the reason printed."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        print(f"tether transcript: {path}: {os.strerror(exc.errno or 0)}", file=out)
+        return None
+
+
 def show(path: str, out: TextIO, *, as_json: bool = False) -> int:
     """Print the transcript readably, dangling calls marked (or, ``as_json``, its entries as
     one JSON array); changes nothing. Exit status: 0, 1 unreadable, 2 damaged."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        print(f"tether transcript: {path}: {os.strerror(exc.errno or 0)}", file=out)
+    data = _read(path, out)
+    if data is None:
         return 1
     found = scan(data)
     entries = found.entries
@@ -109,11 +116,8 @@ async def repair(path: str, out: TextIO) -> int:
 def tail(path: str, out: TextIO, *, lines: int, follow: bool, as_json: bool) -> int:
     """Print the last ``lines`` entries, then (``follow``) each whole line appended after,
     until interrupted. Exit status: 0, or 1 if the file cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        print(f"tether transcript: {path}: {os.strerror(exc.errno or 0)}", file=out)
+    data = _read(path, out)
+    if data is None:
         return 1
     for entry in scan(data).entries[-lines:] if lines > 0 else []:
         _print(entry, out, as_json)
