@@ -109,8 +109,8 @@ async def test_a_prompt_read_behind_a_busy_engine_survives_its_harness_s_sigkill
     assert turn_ends(directory, session) == [
         ("turn_aborted", "first"), ("turn_done", "first"), ("turn_done", "second")
     ]
-    aborted = [e for e in entries if isinstance(e, ToolResult) and e.status == "aborted"]
-    assert len(aborted) == 1  # the first prompt's agent call, sealed by the next harness
+    cut = [e for e in entries if isinstance(e, ToolResult) and e.status == "interrupted"]
+    assert len(cut) == 1  # the first prompt's agent call, sealed by the next harness
     log = (directory / session / "harness.log").read_text()
     assert "prompt first was cut short by an earlier harness" in log
 

@@ -172,7 +172,7 @@ async def test_respawn_replaces_a_stalled_harness_and_a_fresh_epoch_answers(
     assert any("stalled: tool hang silent" in e["detail"] for e in superseded)
     results = [e for e in scan(transcript.read_bytes()).entries if isinstance(e, ToolResult)]
     (sealed,) = results  # the stuck call, answered by the harness that was stuck
-    assert sealed.status == "aborted"
+    assert sealed.status == "interrupted"
     assert sealed.reason is not None
     assert sealed.reason.startswith("stalled: tool hang silent for"), sealed.reason
     # Its turn is sealed with the same cause, not redelivered (ADR 0034): the prompt is

@@ -193,7 +193,7 @@ async def test_sigterm_mid_tool_call_seals_the_call_naming_the_sender(tmp_path: 
         -2:
     ]
     assert result["call_id"] == call["id"]
-    assert result["status"] == "aborted"
+    assert result["status"] == "interrupted"
     assert f"worker shut down mid-call (SIGTERM from pid {killer.pid}, sh -c" in str(
         result["reason"]
     )
@@ -270,7 +270,7 @@ async def test_a_second_signal_while_exiting_does_not_change_the_exit(tmp_path: 
             # The call is sealed once SIGTERM is the cause; then the harness waits out the agent.
             transcript = tmp_path / f"{session}.jsonl"
             await wait_until(
-                lambda: any(e.get("status") == "aborted" for e in _entries(transcript))
+                lambda: any(e.get("status") == "interrupted" for e in _entries(transcript))
             )
             harness.send_signal(signal.SIGHUP)
             code, log, _ = await _exit_code(harness)

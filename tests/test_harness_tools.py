@@ -179,6 +179,6 @@ async def test_sigterm_mid_run_tool_seals_it_aborted_naming_the_sender(tmp_path:
                 killer.communicate("\n", timeout=10)
     assert code == 128 + signal.SIGTERM, log
     call, result = [e for e in _entries(transcript) if e["type"] in ("tool_call", "tool_result")]
-    assert (call["name"], result["status"]) == ("bash", "aborted")
+    assert (call["name"], result["status"]) == ("bash", "interrupted")
     assert f"SIGTERM from pid {killer.pid}" in str(result["reason"])
     assert marked(session) == [], "the tool's tree survived"

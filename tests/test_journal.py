@@ -120,7 +120,7 @@ async def test_resume_seals_every_dangling_call_with_the_reason(tmp_path: Path) 
     async with await Transcript.open(path, resume=True) as resumed:
         sealed = [e for e in resumed.entries if isinstance(e, ToolResult)]
         assert [r.call_id for r in sealed] == [c.id for c in calls]
-        assert {r.status for r in sealed} == {"aborted"}
+        assert {r.status for r in sealed} == {"interrupted"}
         assert {r.reason for r in sealed} == {"session resumed after an unclean shutdown"}
         assert resumed.dangling() == []
     async with await Transcript.open(path) as tr:
@@ -223,6 +223,54 @@ async def test_a_finished_call_after_a_corrupt_line_is_never_sealed_again(
         assert resumed.dangling() == []
         results = [e for e in resumed.entries if isinstance(e, ToolResult)]
         assert [(r.call_id, r.status) for r in results] == [(call.id, "ok")]
+
+
+async def test_seals_say_what_happened(tmp_path: Path) -> None:
+    """Issue 28: a call whose result line was damaged is ``result_lost`` (never sealed as
+    interrupted: the tool ran), a call awaiting approval is never sealed, any other open call
+    is ``interrupted``; and a resume adds its seals after the bytes it found, changing none."""
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        done = await tr.tool_call("deploy", {"to": "prod"})
+        await tr.tool_result(done.id, {"deployed": True}, "ok")
+        asking = await tr.tool_call("rm", {"path": "/"}, awaiting="approval")
+        cut = await tr.tool_call("bash", {"cmd": "make test"})
+        await tr.append_message("assistant", "waiting")
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"ok"', b'"o\xffk"')  # one flipped byte in the ok result
+    path.write_bytes(b"".join(lines))
+    async with await Transcript.open(path, resume=True) as resumed:
+        assert resumed.awaiting() == [asking]
+        assert resumed.dangling() == []
+        repaired = path.read_bytes()
+    found = {e.call_id: e for e in scan(repaired).entries if isinstance(e, ToolResult)}
+    assert found[done.id].status == "result_lost"
+    assert found[done.id].reason is not None
+    assert "its result line was damaged; the bytes are in t.jsonl.corrupt-" in found[done.id].reason
+    assert (found[cut.id].status, found[cut.id].reason) == (
+        "interrupted", "session resumed after an unclean shutdown"
+    )
+    assert asking.id not in found
+    assert json.loads(repaired.splitlines()[1])["awaiting"] == "approval"
+    before = path.read_bytes()
+    async with await Transcript.open(path, resume=True):
+        pass
+    assert path.read_bytes() == before  # nothing left to seal: not a byte changed
+
+
+async def test_a_resume_only_appends(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    async with await Transcript.open(path) as tr:
+        await tr.append_message("user", "go")
+        await tr.tool_call("bash", {"cmd": "sleep 1"})
+    before = path.read_bytes()
+    async with await Transcript.open(path, resume=True):
+        pass
+    after = path.read_bytes()
+    assert after.startswith(before)
+    assert [json.loads(line)["status"] for line in after[len(before) :].splitlines()] == [
+        "interrupted"
+    ]
 
 
 async def test_a_prompt_is_recorded_once_and_its_id_survives_a_reopen(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 agentd starts ``python -m tether.harness.example`` and delivers a prompt; its engine runs a
 child agent (which starts a ``setsid`` grandchild) through ``ctx.tool``. A separate process
 sends the harness SIGTERM. Shown: the sender by pid and command line, the call sealed
-``aborted`` naming it, nothing of the old harness left, a respawn with a new epoch, and the
+``interrupted`` naming it, nothing of the old harness left, a respawn with a new epoch, and the
 resumed engine answering the next prompt.
 """
 
@@ -88,7 +88,7 @@ async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
         e.call_id for e in _entries(transcript) if isinstance(e, ToolResult)
     }
     named = heard is not None and int(heard.group(1)) == killer.pid
-    aborted = [r for r in sealed if r.status == "aborted"]
+    interrupted = [r for r in sealed if r.status == "interrupted"]
     return [
         Verdict(
             "the SIGTERM's sender is named by pid and command line",
@@ -96,11 +96,11 @@ async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
             f"pid={heard.group(1)} cmd={heard.group(2)[:24]}" if heard else "not logged",
         ),
         Verdict(
-            "the interrupted call is sealed aborted, naming the sender",
-            len(aborted) == 1
-            and f"SIGTERM from pid {killer.pid}" in (aborted[0].reason or "")
+            "the interrupted call is sealed interrupted, naming the sender",
+            len(interrupted) == 1
+            and f"SIGTERM from pid {killer.pid}" in (interrupted[0].reason or "")
             and not dangling,
-            f"{len(aborted)} aborted, {len(dangling)} dangling",
+            f"{len(interrupted)} interrupted, {len(dangling)} dangling",
         ),
         Verdict(
             "nothing of the old harness survives",

@@ -31,6 +31,8 @@ def _line(entry: Entry, answered: set[str] | None) -> str:
     if isinstance(entry, ToolCall):
         dangling = answered is not None and entry.id not in answered
         mark = "   <- DANGLING: no result" if dangling else ""
+        if dangling and entry.awaiting is not None:
+            mark = f"   <- awaiting {entry.awaiting}"
         return f"{head}call    {entry.name}({_brief(entry.args)}) [{entry.id}]{mark}"
     if isinstance(entry, ToolResult):
         reason = f" ({entry.reason})" if entry.reason else ""
@@ -72,7 +74,9 @@ def show(path: str, out: TextIO, *, as_json: bool = False) -> int:
     answered = {e.call_id for e in entries if isinstance(e, ToolResult)}
     for entry in entries:
         print(_line(entry, answered), file=out)
-    dangling = sum(isinstance(e, ToolCall) and e.id not in answered for e in entries)
+    dangling = sum(
+        isinstance(e, ToolCall) and e.id not in answered and e.awaiting is None for e in entries
+    )
     print(f"{len(entries)} entries, {dangling} dangling tool calls", file=out)
     if found.intact:
         return 0

@@ -1,8 +1,9 @@
 """``Tools``: the tool calls of one harness, each durable before it runs and answered after.
 
-A call is written (and fsynced) before the tool starts; its result is ``ok``, ``error`` or
-``aborted`` with the reason: the signal's sender, a timeout, or a stall ("stalled after 312 s
-without progress (threshold 300 s from default)"). A program tool runs through
+A call is written (and fsynced) before the tool starts; its result is ``ok``, ``error``,
+``aborted`` with the reason the harness stopped it (a timeout, or a stall: "stalled after 312 s
+without progress (threshold 300 s from default)"), or ``interrupted`` with what cut it short
+from outside (the signal and its sender, a supersession, a lost daemon). A program tool runs through
 ``ChildGroup.run``, with its stall threshold from the ledger's healthy runs of that tool; a
 Python tool marks its progress with ``progress()``. The silence of every open tool is readable
 while it runs (``open``).
@@ -160,7 +161,8 @@ class Tools:
         else:
             outcome, why = "ok", None
         if why is not None:
-            await self._answer(call, await self._output(call, result), "aborted", why)
+            status = "interrupted" if outcome == "aborted" else "aborted"
+            await self._answer(call, await self._output(call, result), status, why)
         else:
             await self.transcript.tool_result(call.id, await self._output(call, result), "ok")
         if self.ledger is not None:
@@ -201,12 +203,14 @@ class Tools:
         self, call: ToolCall, activity: ToolActivity, threshold: Threshold | None
     ) -> AsyncIterator[None]:
         """The call is open while the block runs; a block that fails answers the call first
-        (``aborted`` if cancelled, ``error`` otherwise), so no call is left unanswered."""
+        (``interrupted`` by the harness's stop, ``aborted`` if cancelled otherwise, ``error``
+        if it raised), so no call is left unanswered."""
         self.open[call.id] = OpenTool(call, activity, threshold)
         try:
             yield
         except trio.Cancelled:
-            await self._answer(call, None, "aborted", self._cancelled())
+            status = "aborted" if self._reason() is None else "interrupted"
+            await self._answer(call, None, status, self._cancelled())
             raise
         except Exception as exc:
             await self._answer(call, f"{type(exc).__name__}: {exc}", "error")

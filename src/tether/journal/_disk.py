@@ -16,6 +16,7 @@ import datetime
 import errno
 import fcntl
 import os
+import re
 from collections.abc import Sequence
 
 import attrs
@@ -44,6 +45,8 @@ class Repair:
     """What is wrong with the first damaged span (a torn last line, a bad line...)."""
     damage: tuple[Damage, ...] = ()
     """Every damaged span, with its offset and length in the file as it was found."""
+    lost_results: frozenset[str] = frozenset()
+    """Call ids named as ``call_id`` in the damaged bytes: results whose lines were damaged."""
 
 
 datasync = getattr(os, "fdatasync", os.fsync)
@@ -108,8 +111,15 @@ def load(path: str, *, create: bool) -> Loaded:
         with contextlib.suppress(OSError):
             os.unlink(quarantine)  # the transcript is as it was: the next open tries again
         raise error(exc, path) from exc
-    repair = Repair(len(found.entries), found.damaged_bytes, quarantine, found.reason, found.damage)
+    lost = frozenset(m.decode() for m in _CALL_ID.findall(found.quarantined(data)))
+    repair = Repair(
+        len(found.entries), found.damaged_bytes, quarantine, found.reason, found.damage, lost
+    )
     return Loaded(found.entries, len(kept), repair, len(kept))
+
+
+_CALL_ID = re.compile(rb'"call_id":"(call_[0-9a-f]{16})"')
+"""A result's ``call_id`` as tether writes it, found in damaged bytes."""
 
 
 def _replace(path: str, data: bytes) -> None:

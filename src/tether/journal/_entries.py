@@ -14,7 +14,11 @@ from typing import Any, ClassVar, Final
 
 import attrs
 
-STATUSES: Final = ("ok", "error", "aborted")
+STATUSES: Final = ("ok", "error", "aborted", "interrupted", "result_lost")
+"""A result's status: ``ok`` and ``error`` from the tool; ``aborted``: the harness stopped it on
+purpose (a timeout, a stall); ``interrupted``: something outside the call cut it short (a
+signal and its sender, supersession, a lost daemon, an unclean shutdown); ``result_lost``: it
+finished, but its result line was damaged (the quarantine file keeps the bytes)."""
 MAX_DEPTH: Final = 64
 """The deepest nesting of arrays and objects an entry may hold (the entry's object is 1):
 deeper values are refused on write, so every line written parses again on any stack."""
@@ -48,6 +52,9 @@ class ToolCall:
     ts: str
     name: str
     args: dict[str, Any]
+    awaiting: str | None = None
+    """``approval``: the call waits for a person's decision, which may come after any number
+    of restarts, so it is never sealed (``None``: an ordinary call)."""
     type: ClassVar[str] = "tool_call"
 
 
@@ -81,12 +88,12 @@ Entry = Message | ToolCall | ToolResult | Event
 
 _FIELDS: dict[str, tuple[str, ...]] = {
     "message": ("role", "content", "prompt_id"),
-    "tool_call": ("name", "args"),
+    "tool_call": ("name", "args", "awaiting"),
     "tool_result": ("call_id", "status", "output", "reason"),
     "event": ("kind", "data"),
 }
 """The fields each type adds after ``type``, ``id``, ``seq`` and ``ts``, in line order."""
-_OMITTED_IF_NONE: Final = frozenset({"reason", "prompt_id"})
+_OMITTED_IF_NONE: Final = frozenset({"reason", "prompt_id", "awaiting"})
 """Fields left off the line while they are ``None`` (a reader takes a missing one as ``None``)."""
 
 
@@ -201,10 +208,14 @@ def _message(r: dict[str, Any]) -> Message:
 
 
 def _tool_call(r: dict[str, Any]) -> ToolCall:
+    awaiting = r.get("awaiting")
+    if awaiting is not None:
+        _check("tool_call", "awaiting", awaiting, str)
     return ToolCall(
         *_head("tool_call", r),
         _check("tool_call", "name", r["name"], str),
         _check("tool_call", "args", r["args"], dict),
+        awaiting,
     )
 
 

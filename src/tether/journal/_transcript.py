@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self, TypeVar, final
 
 import trio
@@ -121,6 +121,7 @@ class Transcript(metaclass=NoPublicConstructor):
                     loaded.repair.quarantine,
                 )
                 await transcript.event("quarantined", _quarantined(loaded.repair))
+                await transcript._seal(loaded.repair.lost_results, "result_lost", _lost(loaded))
             for result in transcript.unmatched_results:
                 logger.warning(
                     "%s: result %s answers no open call %s", path, result.id, result.call_id
@@ -144,16 +145,28 @@ class Transcript(metaclass=NoPublicConstructor):
         return tuple(self._entries)
 
     def dangling(self) -> list[ToolCall]:
-        """The tool calls that have no result yet, in order."""
+        """The tool calls that have no result yet, in order, but those awaiting approval."""
+        return [c for c in self._open() if c.awaiting is None]
+
+    def awaiting(self) -> list[ToolCall]:
+        """The calls that wait for a decision (``awaiting``): open, and never sealed."""
+        return [c for c in self._open() if c.awaiting is not None]
+
+    def _open(self) -> list[ToolCall]:
         return [call for call_id, call in self._calls.items() if call_id not in self._answered]
 
-    async def tool_call(self, name: str, args: dict[str, Any]) -> ToolCall:
-        """Record a tool call durably (written and fsynced) before returning it.
+    async def tool_call(
+        self, name: str, args: dict[str, Any], *, awaiting: str | None = None
+    ) -> ToolCall:
+        """Record a tool call durably (written and fsynced) before returning it; with
+        ``awaiting="approval"``, one that waits for a person and is never sealed.
 
         Raises:
             JournalError: it is not durable; the tool must not run.
         """
-        (call,) = await self._append(lambda seq: [ToolCall(new_id("call"), seq, now(), name, args)])
+        (call,) = await self._append(
+            lambda seq: [ToolCall(new_id("call"), seq, now(), name, args, awaiting)]
+        )
         return call
 
     async def tool_result(
@@ -211,20 +224,28 @@ class Transcript(metaclass=NoPublicConstructor):
         return event
 
     async def seal_dangling(self, reason: str) -> list[ToolResult]:
-        """Give every dangling call an ``aborted`` result naming ``reason``; one fsync for all.
+        """Give every dangling call an ``interrupted`` result naming ``reason`` (the signal and
+        its sender, a stall, a supersession, an unclean shutdown); one fsync for all. Calls
+        awaiting approval are left open.
 
         Every call is sealed, not only the first, so a resumed session sees complete exchanges.
         """
+        return await self._seal({c.id for c in self.dangling()}, "interrupted", reason)
+
+    async def _seal(self, call_ids: Iterable[str], status: str, reason: str) -> list[ToolResult]:
+        """Answer the open calls among ``call_ids`` with ``status`` and ``reason``, durably."""
+        wanted = set(call_ids)
+        calls = [c for c in self._open() if c.id in wanted]
 
         def results(seq: int) -> list[ToolResult]:
             return [
-                ToolResult(new_id("result"), seq + i, now(), call.id, "aborted", None, reason)
-                for i, call in enumerate(self.dangling())
+                ToolResult(new_id("result"), seq + i, now(), call.id, status, None, reason)
+                for i, call in enumerate(calls)
             ]
 
         sealed = await self._append(results)
         for result in sealed:
-            logger.info("%s: sealed tool call %s: %s", self.path, result.call_id, reason)
+            logger.info("%s: tool call %s %s: %s", self.path, result.call_id, status, reason)
         return sealed
 
     async def _append(self, build: Callable[[int], list[E]]) -> list[E]:
@@ -302,6 +323,12 @@ class Transcript(metaclass=NoPublicConstructor):
 
 
 _SPANS_SHOWN = 100
+
+
+def _lost(loaded: _disk.Loaded) -> str:
+    assert loaded.repair is not None
+    quarantine = os.path.basename(loaded.repair.quarantine)
+    return f"its result line was damaged; the bytes are in {quarantine}"
 
 
 def _quarantined(repair: Repair) -> dict[str, Any]:
