@@ -166,3 +166,30 @@ async def test_an_unshielded_group_commit_drains_the_others_when_its_committer_i
     assert results == {1: 10, 2: 20, 3: 30}, "the cancelled committer's commit still finished"
     assert not batch.committing
     assert await batch.submit(4) == 40
+
+
+@pytest.mark.parametrize("shield", [True, False])
+async def test_tasks_a_commit_woke_join_the_next_one_instead_of_committing_alone(
+    shield: bool,
+) -> None:
+    """Eight tasks appending in a loop: once others joined a commit, the next committer yields
+    once before it commits, so the tasks that commit woke join it. Without that, the first
+    task back committed alone every other time: twice the syncs (issue 28's group commit)."""
+    groups: list[int] = []
+
+    async def commit(items: Sequence[int]) -> list[int]:
+        groups.append(len(items))
+        await trio.sleep(0.001)  # the disk's sync
+        return list(items)
+
+    batch: GroupCommit[int, int] = GroupCommit(commit, shield=shield)
+
+    async def writer(w: int) -> None:
+        for i in range(10):
+            assert await batch.submit(w * 100 + i) == w * 100 + i
+
+    async with trio.open_nursery() as nursery:
+        for w in range(8):
+            nursery.start_soon(writer, w)
+    assert sum(groups) == 80
+    assert len(groups) <= 14, groups  # 80 items in groups of 8 at best, not 1 then 7

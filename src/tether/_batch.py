@@ -44,6 +44,9 @@ class GroupCommit(Generic[T, R]):
         self._queue: list[_Waiting[T, R]] = []
         self.committing = False
         """Whether a commit is in flight (a closing owner waits for it to end)."""
+        self._contended = False
+        """Others joined the last commit: the next committer yields once first, so the tasks
+        that commit woke can join it instead of each committing alone."""
 
     async def submit(self, item: T) -> R:
         """Commit ``item`` (with whatever else is queued) and return its result."""
@@ -55,21 +58,34 @@ class GroupCommit(Generic[T, R]):
             assert waiting.result is not None
             return waiting.result.unwrap()
         self.committing = True
+        joined: list[_Waiting[T, R]] = []
         try:
             with trio.CancelScope(shield=True) if self._shield else contextlib.nullcontext():
                 try:
-                    (result,) = await self._commit((item,))
-                except (trio.Cancelled, Exception):  # Cancelled: only without the shield
+                    if self._contended:  # let the tasks the last group woke join this one
+                        # Two passes: trio runs a batch of tasks in either order, so in one
+                        # pass this task may run before the ones it woke.
+                        await trio.lowlevel.checkpoint()
+                        await trio.lowlevel.checkpoint()
+                    joined, self._queue = self._queue, []
+                    results = await self._commit([item, *(w.item for w in joined)])
+                except (trio.Cancelled, Exception) as exc:  # Cancelled: only without the shield
+                    if isinstance(exc, trio.Cancelled):
+                        self._queue = joined + self._queue  # not begun: theirs still to do
+                    else:
+                        _fail(joined, exc)
                     await self._drain_shielded()
                     raise
                 except BaseException as exc:  # nobody is left to drain what queued
-                    _fail(self._queue, exc)
+                    _fail(joined + self._queue, exc)
                     self._queue = []
                     raise
+                _settle(joined, results[1:])
+                self._contended = bool(joined or self._queue)
                 await self._drain_shielded()
         finally:
             self.committing = False
-        return result
+        return results[0]
 
     async def _drain_shielded(self) -> None:
         """What queued meanwhile is committed even if the committer is cancelled."""
@@ -90,10 +106,14 @@ class GroupCommit(Generic[T, R]):
                 self._queue = []
                 raise
             else:
-                for waiting, result in zip(group, results, strict=True):
-                    waiting.result = outcome.Value(result)
-                    assert waiting.done is not None
-                    waiting.done.set()
+                _settle(group, results)
+
+
+def _settle(group: list[_Waiting[T, R]], results: Sequence[R]) -> None:
+    for waiting, result in zip(group, results, strict=True):
+        waiting.result = outcome.Value(result)
+        assert waiting.done is not None
+        waiting.done.set()
 
 
 def _fail(group: list[_Waiting[T, R]], exc: BaseException) -> None:
