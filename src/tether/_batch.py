@@ -45,8 +45,8 @@ class GroupCommit(Generic[T, R]):
         self.committing = False
         """Whether a commit is in flight (a closing owner waits for it to end)."""
         self._contended = False
-        """Others joined the last commit: the next committer yields once first, so the tasks
-        that commit woke can join it instead of each committing alone."""
+        """Others joined the last commit: the next committer yields first, so the tasks that
+        commit woke can join it instead of one of them committing alone."""
 
     async def submit(self, item: T) -> R:
         """Commit ``item`` (with whatever else is queued) and return its result."""

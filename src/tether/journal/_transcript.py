@@ -56,9 +56,9 @@ class Transcript(metaclass=NoPublicConstructor):
         self._broken: JournalError | None = None
         self._calls: dict[str, ToolCall] = {}
         self._results: set[str] = set()
+        """Calls with a durable result."""
         self._prompts: set[str] = set()
         """Ids of the prompts recorded, durable or queued: a second record is refused."""
-        """Calls with a durable result."""
         self._answered: set[str] = set()
         """Calls with a result, durable or queued: a second one is refused at once."""
         self.last_append = time.monotonic()
@@ -83,8 +83,10 @@ class Transcript(metaclass=NoPublicConstructor):
         corrupt line anywhere) is moved byte for byte to ``<path>.corrupt-<ts>``, and an
         ``event`` entry (``kind="quarantined"``) records how many bytes, why, and the offset and
         length of each span. A result that survives is never sealed again. With
-        ``resume=True`` every dangling tool call is sealed with an ``aborted``
-        result giving ``reason`` (default: "session resumed after an unclean shutdown").
+        ``resume=True`` every dangling tool call is sealed with an ``interrupted``
+        result giving ``reason`` (default: "session resumed after an unclean shutdown"); a
+        call awaiting approval is left open, and one whose result line was damaged is
+        answered ``result_lost`` (ADR 0036).
 
         The file holds plain JSON lines at every instant: each append grows it (``tail -f``
         follows it), and a zero tail an earlier version reserved is cut off here (ADR 0035).
