@@ -40,7 +40,7 @@ class HarnessContext:
     never keeps the channel open. Upgrading it and keeping the strong sender is the bug of
     incident 004; the harness then cancels the engine after grace and logs the holder."""
     shutdown_reason: str | None = None
-    """Set by the harness before it cancels the engine: why, for the ``aborted`` results."""
+    """Set by the harness before it cancels the engine: why, for the ``interrupted`` results."""
 
     ledger: Ledger | None = None
     """Where tool runs' silences are kept, so each tool's stall threshold comes from evidence."""
@@ -96,8 +96,9 @@ class HarnessContext:
         """Run a Python tool with its call and result in the transcript.
 
         The call is durable before ``fn`` runs; its result (``ok`` with what ``fn`` returned,
-        ``error`` with the exception, or ``aborted``: cancelled, naming why, or after
-        ``timeout`` seconds, when ``trio.TooSlowError`` is raised) is recorded after. ``fn``
+        ``error`` with the exception, ``aborted`` if cancelled or after ``timeout`` seconds
+        (``trio.TooSlowError`` is raised), ``interrupted`` naming the cause if the harness's
+        stop cut it short) is recorded after. ``fn``
         marks its progress with ``ctx.progress()``.
 
         Raises:
@@ -109,8 +110,8 @@ class HarnessContext:
         """Run a program as tool ``name`` (``ChildGroup.run`` with ``run``'s keywords), its
         call durable first and its result after: ``ok`` with the code and the output (each
         stream cut at 64 KiB in the transcript, the whole of it in a file beside it),
-        ``error``, or ``aborted`` with the reason (a stall, naming its threshold and where that
-        came from, a timeout, or the signal's sender). ``stall_after`` defaults to the
+        ``error``, ``aborted`` with the reason (a stall, naming its threshold and where that
+        came from, or a timeout), or ``interrupted`` (the signal's sender, a supersession). ``stall_after`` defaults to the
         threshold the ledger's healthy runs of ``name`` justify (300 s without evidence).
 
         Raises:

@@ -53,7 +53,7 @@ class HarnessSettings:
 @attrs.define
 class Cause:
     """How the harness ends: its exit code, a line for the log, and (when the cause cuts
-    them short) the reason for the ``aborted`` results of its open calls."""
+    them short) the reason for the ``interrupted`` results of its open calls."""
 
     code: int
     text: str

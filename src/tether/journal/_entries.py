@@ -60,7 +60,8 @@ class ToolCall:
 
 @attrs.frozen
 class ToolResult:
-    """The terminal result of a tool call: ``ok``, ``error`` or ``aborted`` (with a reason)."""
+    """The terminal result of a tool call: a status of ``STATUSES`` (with a reason when it is
+    not ``ok`` or ``error``)."""
 
     id: str
     seq: int

@@ -174,7 +174,7 @@ class Transcript(metaclass=NoPublicConstructor):
     async def tool_result(
         self, call_id: str, output: Any, status: str = "ok", *, reason: str | None = None
     ) -> ToolResult:
-        """Record the terminal result of a call (``ok``, ``error`` or ``aborted``), durably.
+        """Record the terminal result of a call (a status of ``STATUSES``), durably.
 
         Raises:
             ValueError: the call is unknown, already answered, or ``status`` is invalid.
