@@ -111,8 +111,9 @@ class HarnessContext:
         call durable first and its result after: ``ok`` with the code and the output (each
         stream cut at 64 KiB in the transcript, the whole of it in a file beside it),
         ``error``, ``aborted`` with the reason (a stall, naming its threshold and where that
-        came from, or a timeout), or ``interrupted`` (the signal's sender, a supersession). ``stall_after`` defaults to the
-        threshold the ledger's healthy runs of ``name`` justify (300 s without evidence).
+        came from, or a timeout), or ``interrupted`` (the signal's sender, a supersession).
+        ``stall_after`` defaults to the threshold the ledger's healthy runs of ``name`` justify
+        (300 s without evidence).
 
         Raises:
             JournalError: the call could not be made durable; nothing ran.
