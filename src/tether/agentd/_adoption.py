@@ -15,8 +15,8 @@ from __future__ import annotations
 import psutil
 
 from ..epochs import EpochStore, SessionRecord
-from ..process import ProcessRef, reap
-from ..process._table import marks, snapshot
+from ..process import ProcessRef, find_twins, reap
+from ..process._table import marks
 from ._awake import AwakeClock
 from ._events import EventKind
 from ._guard import Tasks
@@ -63,7 +63,7 @@ async def adopt_all(
         if ref is None or not ref.is_alive():
             if ref is not None:
                 reap(ref)  # our zombie: a daemon restarted in-process
-            unrecorded = await _unrecorded(store, name, harnesses.store_id, settings.harness_argv)
+            unrecorded = await _unrecorded(store, name, harnesses, settings.harness_argv)
             if unrecorded is not None:
                 ref, epoch = unrecorded
                 detail = f"pid {record.pid} is gone; pid {ref.pid} holds epoch {epoch} unrecorded"
@@ -102,37 +102,25 @@ def _find(record: SessionRecord) -> ProcessRef | None:
 
 
 async def _unrecorded(
-    store: EpochStore, session: str, store_id: str | None, argv: tuple[str, ...]
+    store: EpochStore, session: str, harnesses: Harnesses, argv: tuple[str, ...]
 ) -> tuple[ProcessRef, int] | None:
-    """The live harness of the session's current epoch that no record names, and its epoch."""
+    """The live harness of the session's current epoch that no record names, and its epoch:
+    of the processes marked with that epoch for this host and store, the top one running
+    ``argv`` (its children carry the same mark, and one between fork and exec looks just like
+    it; an orphaned keeper or tool runs something else)."""
     current = await store.current(session)
-    if current is None or store_id is None:
+    if current is None or harnesses.store_id is None:
         return None
-    ref = _marked_harness(session, current, store_id, argv)
-    return None if ref is None else (ref, current)
-
-
-def _marked_harness(
-    session: str, epoch: int, store_id: str, argv: tuple[str, ...]
-) -> ProcessRef | None:
-    """A live process marked as ``session``'s harness at ``epoch`` for this store, running
-    ``argv``: the top one (its children carry the same mark, and one between fork and exec
-    looks just like it; an orphaned keeper or tool runs something else)."""
-    stats = snapshot()
-    found = {}
-    for pid in stats:
-        mark = marks(pid)
-        if mark is not None and (mark.session, mark.epoch, mark.store) == (
-            session, str(epoch), store_id
-        ):
-            found[pid] = stats[pid]
-    for pid, stat in found.items():
-        if stat.ppid in found or stat.state == "Z":
-            continue
+    marked = find_twins(session, epoch=current, host=harnesses.host, store=harnesses.store_id)
+    pids = {ref.pid for ref in marked}
+    for ref in marked:
         try:
-            if tuple(psutil.Process(pid).cmdline()) == argv:
-                return ProcessRef.of(pid)
-        except (psutil.Error, ProcessLookupError):
+            stat = ref.stat()
+            if stat is None or stat.ppid in pids or stat.state == "Z":
+                continue
+            if tuple(psutil.Process(ref.pid).cmdline()) == argv:
+                return ref, current
+        except (OSError, psutil.Error):
             continue
     return None
 
