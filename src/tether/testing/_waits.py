@@ -126,11 +126,7 @@ def await_chain(task: trio.lowlevel.Task) -> Iterator[tuple[Any, types.FrameType
         if type(obj).__name__ in _AGEN_STEPS:  # ``agen.asend()``: look inside its generator
             obj = next((o for o in gc.get_referents(obj) if inspect.isasyncgen(o)), None)
             continue
-        frame = (
-            getattr(obj, "cr_frame", None)
-            or getattr(obj, "gi_frame", None)
-            or getattr(obj, "ag_frame", None)
-        )
+        frame = _frame(obj)
         if frame is None:
             return
         yield obj, frame
@@ -143,8 +139,17 @@ def await_chain(task: trio.lowlevel.Task) -> Iterator[tuple[Any, types.FrameType
 
 def frame_of(obj: Any) -> types.FrameType:
     """The frame of a coroutine or generator of an await chain."""
-    frame: types.FrameType = (
-        getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None) or obj.ag_frame
+    frame = _frame(obj)
+    assert frame is not None
+    return frame
+
+
+def _frame(obj: Any) -> types.FrameType | None:
+    """The frame of a coroutine, a generator or an async generator (``None``: none, or done)."""
+    frame: types.FrameType | None = (
+        getattr(obj, "cr_frame", None)
+        or getattr(obj, "gi_frame", None)
+        or getattr(obj, "ag_frame", None)
     )
     return frame
 
