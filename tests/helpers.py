@@ -85,6 +85,20 @@ raise SystemExit(run_harness(engine))
 """A harness whose engine takes every prompt at once: delivery with no turn to wait for."""
 
 
+def harness_env(
+    session: str, epoch: int, agentd: Path, state: Path, **extra: str
+) -> dict[str, str]:
+    """This process's environment plus what agentd gives a harness it starts."""
+    return {
+        **os.environ,
+        "TETHER_SESSION": session,
+        "TETHER_EPOCH": str(epoch),
+        "TETHER_AGENTD": str(agentd),
+        "TETHER_STATE_DIR": str(state),
+        **extra,
+    }
+
+
 def unique_session() -> str:
     """A session id no other test or process uses."""
     return f"test-{uuid.uuid4().hex[:12]}"

@@ -25,6 +25,7 @@ import trio
 
 from helpers import (
     count_named,
+    harness_env,
     kill_marked,
     lingering_killer,
     marked,
@@ -88,17 +89,16 @@ def start_harness(
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tether.harness.example"],
-        env={
-            **os.environ,
-            "TETHER_SESSION": session,
-            "TETHER_EPOCH": str(epoch),
-            "TETHER_AGENTD": str(daemon.path),
-            "TETHER_STATE_DIR": str(state),
-            "TETHER_GRACE": str(GRACE),
-            "TETHER_RECONNECT_FOR": "1.0",
-            "TETHER_EXAMPLE_SIGNAL_FILE": str(state / "signals.txt"),
+        env=harness_env(
+            session,
+            epoch,
+            daemon.path,
+            state,
+            TETHER_GRACE=str(GRACE),
+            TETHER_RECONNECT_FOR="1.0",
+            TETHER_EXAMPLE_SIGNAL_FILE=str(state / "signals.txt"),
             **env,
-        },
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

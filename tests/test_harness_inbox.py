@@ -6,7 +6,6 @@ older revision is sent no ``Recorded``."""
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -18,7 +17,14 @@ import pytest
 import trio
 import trio.testing
 
-from helpers import kill_marked, python, reap_zombie_children, unique_session, wait_until
+from helpers import (
+    harness_env,
+    kill_marked,
+    python,
+    reap_zombie_children,
+    unique_session,
+    wait_until,
+)
 from tether import Sender, Transcript, channel, wire
 from tether.harness._inbox import Inbox
 from tether.journal import Message, scan
@@ -70,14 +76,7 @@ async def harness(directory: Path, script: Script, session: str) -> AsyncIterato
         await nursery.start(wire.serve, script.path, script.handle)
         process = subprocess.Popen(
             python(ENGINE),
-            env={
-                **os.environ,
-                "TETHER_SESSION": session,
-                "TETHER_EPOCH": "1",
-                "TETHER_AGENTD": str(script.path),
-                "TETHER_STATE_DIR": str(directory),
-                "TOOK": str(took),
-            },
+            env=harness_env(session, 1, script.path, directory, TOOK=str(took)),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -4,7 +4,6 @@ the ledger's evidence used, and a SIGTERM mid ``run_tool`` sealed naming the sen
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from helpers import lingering_killer, marked, unique_session, wait_until
+from helpers import harness_env, lingering_killer, marked, unique_session, wait_until
 from test_harness import GRACE, _entries, _exit_code, agentd, cleanup
 from tether import ChildGroup, HarnessContext, Ledger, ToolCall, ToolResult, Transcript, channel
 from tether.harness import Command
@@ -158,14 +157,7 @@ async def test_sigterm_mid_run_tool_seals_it_aborted_naming_the_sender(tmp_path:
     async with agentd(3) as (daemon, _):
         harness = subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(ENGINE)],
-            env={
-                **os.environ,
-                "TETHER_SESSION": session,
-                "TETHER_EPOCH": "3",
-                "TETHER_AGENTD": str(daemon.path),
-                "TETHER_STATE_DIR": str(tmp_path),
-                "TETHER_GRACE": str(GRACE),
-            },
+            env=harness_env(session, 3, daemon.path, tmp_path, TETHER_GRACE=str(GRACE)),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
