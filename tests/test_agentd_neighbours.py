@@ -31,8 +31,8 @@ from helpers import (
 )
 from test_agentd import running
 from test_agentd_faults import TETHER, cli_daemon, directory, tether_cmd
-from tether import SessionRecord, SqliteEpochStore
-from tether.process import boot_id
+from tether import SqliteEpochStore
+from tether.agentd._records import Records
 
 __all__ = ["directory"]  # the fixture
 
@@ -361,26 +361,35 @@ async def test_a_session_log_swapped_for_a_symlink_or_fifo_is_replaced_at_spawn(
 
 
 async def test_a_live_harness_its_record_does_not_name_is_adopted_not_superseded(
-    directory: Path,
+    directory: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Found by the campaign: a daemon adopted a harness by its hello, could not record it (the
-    disk was full) and was killed; the next daemon read a record naming a dead pid, respawned
-    the session, and superseded the live harness, whose tool was interrupted. A live harness
-    marked with the session's current epoch and this store is adopted instead."""
+    """Found by the campaign: a daemon respawned a session, could not record the new harness
+    (the disk was full) and was killed; the next daemon read a record naming a dead pid,
+    respawned the session again, and superseded the live harness, whose tool was interrupted.
+    A live harness marked with the session's current epoch and this store is adopted instead."""
     session = unique_session()
     try:
         async with running(directory, stop=False) as daemon:
-            attached = await daemon.agentd.start_agent(session)
-        gone = subprocess.Popen(["true"])
-        gone.wait()
-        stale = SessionRecord(pid=gone.pid, create_time=time.time(), boot_id=boot_id(),
-                              state="running")  # fmt: skip
+            first = await daemon.agentd.start_agent(session)
+            os.kill(first.pid, signal.SIGKILL)
+            await wait_until(lambda: daemon.agentd.status()[0].pid is None)
+
+            async def full_disk(*args: object, **kwargs: object) -> None:
+                return None  # the record is not written
+
+            monkeypatch.setattr(Records, "save", full_disk)
+            second = await daemon.agentd.start_agent(session)
+            assert (second.how, second.epoch) == ("respawned", 2)
+        monkeypatch.undo()
         async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
-            await store.save(session, stale, epoch=attached.epoch)
+            record = await store.record(session)
+        assert record is not None
+        assert (record.pid, record.epoch) == (None, 1)  # stale: epoch 2 is not in it
         async with running(directory) as daemon:
             again = await daemon.agentd.start_agent(session)
-            assert (again.how, again.pid, again.epoch) == ("reattached", attached.pid, 1)
-        details = [r["detail"] for r in agentd_events(directory, session) if r["kind"] == "exited"]
-        assert any(f"pid {attached.pid} holds epoch 1 unrecorded" in d for d in details)
+            assert (again.how, again.pid, again.epoch) == ("reattached", second.pid, 2)
+        (adopted,) = [r for r in agentd_events(directory, session) if r["kind"] == "adopted"]
+        assert (adopted["pid"], adopted["epoch"]) == (second.pid, 2)
+        assert adopted["detail"].startswith("found by its mark (the record names epoch 1)")
     finally:
         kill_marked(session)

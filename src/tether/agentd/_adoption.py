@@ -56,19 +56,23 @@ async def adopt_all(
             session.become(SessionState.ELSEWHERE)
             session.reason = session.last_event = f"host {record.host} wrote its record"
             continue
-        if record.pid is None or record.create_time is None or record.epoch is None:
+        if record.epoch is None:
             continue
         ref = _find(record)
-        epoch = record.epoch
+        epoch, found = record.epoch, ""
+        if ref is None or not ref.is_alive():
+            unrecorded = await _unrecorded(store, record, name, harnesses, settings.harness_argv)
+            if unrecorded is not None:  # what the record names is superseded: swept
+                if ref is not None:
+                    reap(ref)  # our zombie: a daemon restarted in-process
+                tasks.start(harnesses.sweep, session, record.epoch, name=f"sweep {name}")
+                ref, epoch = unrecorded
+                found = f"found by its mark (the record names epoch {record.epoch}); "
+            elif record.pid is None or record.create_time is None:
+                continue
         if ref is None or not ref.is_alive():
             if ref is not None:
                 reap(ref)  # our zombie: a daemon restarted in-process
-            unrecorded = await _unrecorded(store, name, harnesses, settings.harness_argv)
-            if unrecorded is not None:
-                ref, epoch = unrecorded
-                detail = f"pid {record.pid} is gone; pid {ref.pid} holds epoch {epoch} unrecorded"
-                sessions.emit(session, EventKind.EXITED, epoch=record.epoch, detail=detail)
-        if ref is None or not ref.is_alive():
             tasks.start(harnesses.sweep, session, record.epoch, name=f"sweep {name}")
             session.become(recorded if recorded.settled else SessionState.DEAD)
             detail = f"pid {record.pid} is gone (found dead after a restart)"
@@ -90,26 +94,34 @@ async def adopt_all(
             session.last_event = record.stalled or "stalled"  # until its first pong says more
         elif recorded is not SessionState.FAILED:
             session.become(SessionState.DISCONNECTED)
-        detail = f"waiting {settings.patience:.1f}s for it to reconnect"
+        detail = f"{found}waiting {settings.patience:.1f}s for it to reconnect"
         sessions.emit(session, EventKind.ADOPTED, harness, detail)
 
 
 def _find(record: SessionRecord) -> ProcessRef | None:
     """The recorded harness, if the very same process exists (zombie or not)."""
-    assert record.pid is not None
-    assert record.create_time is not None
+    if record.pid is None or record.create_time is None:
+        return None
     return ProcessRef.find(record.pid, record.create_time, record.boot_id)
 
 
 async def _unrecorded(
-    store: EpochStore, session: str, harnesses: Harnesses, argv: tuple[str, ...]
+    store: EpochStore,
+    record: SessionRecord,
+    session: str,
+    harnesses: Harnesses,
+    argv: tuple[str, ...],
 ) -> tuple[ProcessRef, int] | None:
     """The live harness of the session's current epoch that no record names, and its epoch:
     of the processes marked with that epoch for this host and store, the top one running
     ``argv`` (its children carry the same mark, and one between fork and exec looks just like
-    it; an orphaned keeper or tool runs something else)."""
+    it; an orphaned keeper or tool runs something else). Only a record older than the current
+    epoch can miss one (an epoch is bumped before its harness starts, and recorded after), so
+    a record of the current epoch costs no scan of the process table: none after a reboot."""
     current = await store.current(session)
-    if current is None or harnesses.store_id is None:
+    if current is None or record.epoch is None or current <= record.epoch:
+        return None
+    if harnesses.store_id is None:
         return None
     marked = find_twins(session, epoch=current, host=harnesses.host, store=harnesses.store_id)
     pids = {ref.pid for ref in marked}
