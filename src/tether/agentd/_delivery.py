@@ -107,7 +107,6 @@ class Outbox:
         queued = trio.current_time()
         attempt = relinks = 0
         while attempt < self.settings.delivery_attempts:
-            attempt += 1
             with contextlib.suppress(StoreUnavailable):
                 await self.store.attempted(session.name, prompt.id)
             harness = session.harness
@@ -120,9 +119,9 @@ class Outbox:
                 and relinks < MAX_RELINKS
             ):  # the same harness only lost its link: it may hold the prompt; ask it again
                 relinks += 1
-                attempt -= 1
                 await trio.sleep(RELINK_DELAY)
                 continue
+            attempt += 1
             if isinstance(outcome, tuple):
                 attached, recorded = outcome
                 detail = f"prompt {prompt.id} attempt {attempt}"
