@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -98,6 +99,14 @@ async def test_transcript_show_and_repair(tmp_path: Path) -> None:
     assert "No such file" in missing.stdout
 
 
+AT_A_TERMINAL = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+    " sys.argv[0] = 'tether'; runpy.run_module('tether', run_name='__main__', alter_sys=True)"
+)
+"""``python -m tether`` with SIGINT raising ``KeyboardInterrupt``, as at a terminal: a shell's
+background job starts its children with SIGINT ignored, and Python then keeps it so."""
+
+
 async def test_transcript_show_json_and_tail_follow_a_live_one(tmp_path: Path) -> None:
     """Issue 28: ``show --json`` is one JSON array a program reads; ``tail -f`` follows a
     transcript while it is written (the file grows with each append) and ends on SIGINT."""
@@ -105,22 +114,28 @@ async def test_transcript_show_json_and_tail_follow_a_live_one(tmp_path: Path) -
     async with await Transcript.open(path) as tr:
         first = await tr.tool_call("bash", {"cmd": "make test"})
         follower = subprocess.Popen(
-            [sys.executable, "-m", "tether", "transcript", "tail", "-f", "--json", str(path)],
+            [sys.executable, "-c", AT_A_TERMINAL, "transcript", "tail", "-f", "--json", str(path)],
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
+        assert follower.stdout is not None
+        stdout = follower.stdout
+        readline = partial(trio.to_thread.run_sync, stdout.readline, abandon_on_cancel=True)
         try:
-            assert follower.stdout is not None
-            line = await trio.to_thread.run_sync(follower.stdout.readline)
+            with trio.fail_after(30):
+                line = await readline()
             assert json.loads(line)["id"] == first.id  # the past entries first
             result = await tr.tool_result(first.id, "ok then", "ok")
             with trio.fail_after(30):
-                line = await trio.to_thread.run_sync(follower.stdout.readline)
+                line = await readline()
             assert (json.loads(line)["id"], json.loads(line)["status"]) == (result.id, "ok")
         finally:
             follower.send_signal(signal.SIGINT)
-            code = await trio.to_thread.run_sync(follower.wait)
-            assert follower.stdout is not None
-            follower.stdout.close()
+            try:
+                code = await trio.to_thread.run_sync(partial(follower.wait, timeout=30))
+            finally:
+                follower.kill()  # a no-op once it has exited; a hang ends here, not the suite
+                follower.wait()
+                stdout.close()
         assert code == 0
         shown = _tether("transcript", "show", "--json", str(path))
     assert shown.returncode == 0
