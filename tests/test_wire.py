@@ -6,7 +6,9 @@ import errno
 import json
 import os
 import struct
+import socket as pysocket
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -499,3 +501,40 @@ async def test_send_nowait_says_when_the_socket_is_full(tmp_path: Path) -> None:
         while len(received) < len(wire.encode(wire.Ping(1))) * min(sent, 9):
             received += await raw.receive_some(65536)
         assert received.startswith(wire.encode(wire.Ping(1)))
+
+
+async def test_the_socket_file_appears_only_once_it_accepts(tmp_path: Path) -> None:
+    """A client that connects the moment the file appears is never refused (a daemon that
+    bound before it listened was taken for "no agentd" by a client started beside it); and
+    the private name it was bound under is gone."""
+    tmp_path.chmod(0o700)
+    path = tmp_path / "agentd.sock"
+    refused: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            if path.exists():
+                with pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM) as sock:
+                    try:
+                        sock.connect(str(path))
+                    except ConnectionRefusedError:
+                        refused.append(1)
+                    except FileNotFoundError:
+                        pass
+                while path.exists() and not stop.is_set():
+                    pass
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for _ in range(50):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(wire.serve, path, echo_welcome)
+                nursery.cancel_scope.cancel()
+            await trio.sleep(0.001)
+    finally:
+        stop.set()
+        watcher.join()
+    assert refused == []
+    assert os.listdir(tmp_path) == []

@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import resource
+import secrets
 import socket
 import stat
 from collections.abc import Awaitable, Callable
@@ -79,6 +80,23 @@ async def _remove_stale(path: str) -> None:
     raise OSError(errno.EADDRINUSE, "another server is listening on it", path)
 
 
+async def _publish(sock: trio.socket.SocketType, path: str, backlog: int) -> None:
+    """Bind and listen under a private name, then link it to ``path``: a client never finds
+    the socket before it accepts (a bind at ``path`` leaves a window of ECONNREFUSED, which a
+    client takes for "no server"), and a second server loses with EADDRINUSE, not by
+    replacing the first."""
+    staging = os.path.join(os.path.dirname(path), f".{secrets.token_hex(4)}")
+    await sock.bind(staging)
+    try:
+        os.chmod(staging, 0o600)
+        sock.listen(backlog)
+        os.link(staging, path)
+    except FileExistsError:
+        raise OSError(errno.EADDRINUSE, "another server is listening on it", path) from None
+    finally:
+        os.unlink(staging)
+
+
 BACKLOG = 4096
 """Connections the kernel queues before ``accept`` (it caps this at ``net.core.somaxconn``):
 a burst of clients waits in the queue instead of finding it full."""
@@ -110,9 +128,7 @@ async def serve(
     await _remove_stale(path)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        await sock.bind(path)
-        os.chmod(path, 0o600)
-        sock.listen(backlog)
+        await _publish(sock, path, backlog)
         inode = os.stat(path).st_ino
     except BaseException:
         sock.close()
@@ -123,12 +139,12 @@ async def serve(
             task_status.started()
             await _accept(listener, _Server(handler).handle, nursery)
     finally:
-        sock.close()
         try:
             if os.stat(path).st_ino == inode:
-                os.unlink(path)
+                os.unlink(path)  # before the close, so the file never names a dead socket
         except FileNotFoundError:
             pass  # removed by someone else already
+        sock.close()
 
 
 _SHORT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
