@@ -99,6 +99,7 @@ async def test_a_command_that_cannot_be_executed_is_126(tmp_path: Path) -> None:
         ["-r", "0:15", "true"],
         ["-p", "77", "true"],
         ["--grace", "-1", "true"],
+        ["--stop-timeout", "-1", "true"],
     ],
     ids=repr,
 )
@@ -242,7 +243,35 @@ async def test_it_is_quiet_by_default_and_says_more_with_v(tmp_path: Path) -> No
     assert b"tether run: started true as pid" in loud.stderr
 
 
-async def test_cmd_ignoring_sigterm_is_stopped_after_grace(tmp_path: Path) -> None:
+async def test_cmd_takes_the_time_it_needs_to_obey_sigterm(tmp_path: Path) -> None:
+    """Issue 29: a command whose SIGTERM handler takes 1.5 s (five times ``--grace``) exits 0
+    as it chooses, as under tini and dumb-init: ``--grace`` is for what it leaves."""
+    ready = tmp_path / "ready"
+    slow = python(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), sys.exit(0)))\n"
+        "open(sys.argv[1], 'w').close()\nsignal.pause()",
+        str(ready),
+    )
+    process = subprocess.Popen([*RUN, "--", *slow], stderr=subprocess.PIPE)
+    try:
+        await wait_until(ready.exists)
+        started = time.monotonic()
+        os.kill(process.pid, signal.SIGTERM)
+        with trio.fail_after(30):
+            while process.poll() is None:
+                await trio.sleep(0.01)
+        took = time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            process.kill()
+        _, err = process.communicate()
+    assert process.returncode == 0, err
+    assert took >= 1.5
+    assert b"still runs" not in err
+
+
+async def test_cmd_ignoring_sigterm_is_stopped_after_its_stop_timeout(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     stubborn = python(
         "import signal, sys\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -250,7 +279,9 @@ async def test_cmd_ignoring_sigterm_is_stopped_after_grace(tmp_path: Path) -> No
         "signal.pause()",
         str(ready),
     )
-    process = subprocess.Popen([*RUN, "--", *stubborn], stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [*RUN, "--stop-timeout", "0.3", "--", *stubborn], stderr=subprocess.PIPE
+    )
     try:
         await wait_until(ready.exists)
         os.kill(process.pid, signal.SIGTERM)
@@ -262,7 +293,7 @@ async def test_cmd_ignoring_sigterm_is_stopped_after_grace(tmp_path: Path) -> No
             process.kill()
         _, err = process.communicate()
     assert process.returncode == 128 + signal.SIGKILL
-    assert b"still runs 0.3s after SIGTERM: stopping its tree" in err
+    assert b"still runs 0.3s after SIGTERM (--stop-timeout): stopping its tree" in err
 
 
 # -- process groups (tini: pgroup test with -g) ------------------------------------------------

@@ -10,8 +10,9 @@ none is lost (not even as PID 1, where the kernel drops signals that have no han
   stopped (dumb-init's job control); SIGCONT resumes both; when CMD stops on its own (^Z on
   its terminal), ``tether run`` stops too;
 - anything else: forwarded to CMD (to its process group with ``--group``), rewritten first if
-  ``--rewrite`` says so; a forwarded SIGTERM that CMD has not obeyed within ``grace`` gets
-  its tree killed.
+  ``--rewrite`` says so. CMD takes the time it needs to obey a SIGTERM (its grace is the
+  sender's to choose, as ``docker stop`` and Kubernetes do), unless ``stop_timeout`` is
+  given: then CMD's tree is killed that long after the first forwarded SIGTERM.
 
 When CMD exits, whatever is left below ``tether run`` gets SIGTERM, then SIGKILL after
 ``grace``, and is reaped.
@@ -43,6 +44,8 @@ class Init:
     Args:
         cmd: CMD's pid (and process group).
         grace: seconds between SIGTERM and SIGKILL for what CMD leaves.
+        stop_timeout: seconds from a forwarded SIGTERM to killing CMD's tree; ``None``
+            waits for CMD as long as it takes.
         tty: the controlling terminal, if CMD was given its foreground.
         watcher: told of this process's children, in case it is killed.
         group: forward signals to CMD's process group, not CMD alone.
@@ -60,9 +63,11 @@ class Init:
         group: bool = False,
         rewrite: Mapping[int, int] | None = None,
         warn_reaped: bool = False,
+        stop_timeout: float | None = None,
     ) -> None:
         self.cmd = cmd
         self.grace = grace
+        self.stop_timeout = stop_timeout
         self.tty = tty
         self.watcher = watcher
         self.group = group
@@ -115,8 +120,9 @@ class Init:
             return
         where = f"process group {self.cmd}" if self.group else f"pid {self.cmd}"
         say.info(f"forwarded {_name(sig)} to {where}")
-        if sig == signal.SIGTERM and self._sigterm_deadline is None:
-            self._sigterm_deadline = time.monotonic() + self.grace
+        if sig == signal.SIGTERM and self.stop_timeout is not None:
+            if self._sigterm_deadline is None:
+                self._sigterm_deadline = time.monotonic() + self.stop_timeout
 
     def _suspend(self, sig: int, forward: int) -> None:
         """Job control: CMD's group gets ``forward`` (``sig`` rewritten; none if 0), then this
@@ -177,7 +183,8 @@ class Init:
         if deadline is not None and time.monotonic() >= deadline and self.status is None:
             self._sigterm_deadline = None
             say.warning(
-                f"pid {self.cmd} still runs {self.grace:.1f}s after SIGTERM: stopping its tree"
+                f"pid {self.cmd} still runs {self.stop_timeout}s after SIGTERM "
+                "(--stop-timeout): stopping its tree"
             )
             me = os.getpid()
             _procfs.escalate(lambda: _below(me), ((signal.SIGKILL, 1.0),), self._reap)

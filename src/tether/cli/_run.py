@@ -51,8 +51,14 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--session", default=None, help="the TETHER_SESSION mark (run-<pid>)")
     run.add_argument(
-        "--grace", type=float, default=2.0, help="seconds from SIGTERM to SIGKILL (default 2)"
-    )
+        "--grace", type=float, default=2.0,
+        help="once CMD exited, seconds from SIGTERM to SIGKILL for what it left (default 2)",
+    )  # fmt: skip
+    run.add_argument(
+        "--stop-timeout", type=float, default=None, metavar="S",
+        help="kill CMD's tree S seconds after a forwarded SIGTERM (default: CMD takes the time "
+        "it needs, as under tini and dumb-init)",
+    )  # fmt: skip
     run.add_argument("--log", default=None, help="log (at INFO) to this file, not stderr")
     run.add_argument("-v", "--verbose", action="store_true", help="log INFO lines to stderr")
     run.add_argument(
@@ -113,12 +119,13 @@ class Options:
     VALUES: ClassVar[dict[str, str]] = {
         "--session": "session", "--grace": "grace", "--log": "log", "-r": "rewrite",
         "--rewrite": "rewrite", "-e": "remap_exit", "--remap-exit": "remap_exit",
-        "-p": "pdeathsig", "--pdeathsig": "pdeathsig",
+        "-p": "pdeathsig", "--pdeathsig": "pdeathsig", "--stop-timeout": "stop_timeout",
     }  # fmt: skip
 
     def __init__(self, argv: Sequence[str]) -> None:
         self.session: str | None = None
         self.grace = 2.0
+        self.stop_timeout: float | None = None
         self.log: str | None = None
         self.verbose = self.group = self.warn_reaped = False
         self.subreaper = self.reset_signals = self.single_child = False
@@ -171,6 +178,8 @@ class Options:
         try:
             if name == "grace":
                 self.grace = float(value)
+            elif name == "stop_timeout":
+                self.stop_timeout = float(value)
             elif name == "rewrite":
                 source, target = _rewrite(value)
                 self.rewrite[source] = target
@@ -182,8 +191,8 @@ class Options:
                 setattr(self, name, value)
         except ValueError as exc:
             _usage(str(exc))
-        if self.grace < 0:
-            _usage("--grace must not be negative")
+        if self.grace < 0 or (self.stop_timeout or 0) < 0:
+            _usage(f"--{name.replace('_', '-')} must not be negative")
 
 
 EX_USAGE = 64
@@ -236,7 +245,7 @@ def main(argv: Sequence[str]) -> int:
     os.chdir("/")
     init = Init(
         pid, opts.grace, tty, watcher, group=opts.group, rewrite=opts.rewrite,
-        warn_reaped=opts.warn_reaped,
+        warn_reaped=opts.warn_reaped, stop_timeout=opts.stop_timeout,
     )  # fmt: skip
     code = init.run()
     if watcher is not None:
