@@ -6,8 +6,6 @@ lives in its layer, and each layer is imported the first time one of its names i
 run`` imports no trio; the etcd store's httpx is imported only if it is used).
 """
 
-import importlib
-
 TYPE_CHECKING = False  # ``typing`` alone would cost ``import tether`` 8 ms
 
 __version__ = "0.1.0.dev0"
@@ -209,6 +207,8 @@ _SUBPACKAGES = frozenset(
 
 
 def __getattr__(name: str) -> object:
+    import importlib  # here: ``tether run`` starts without it
+
     layer = _LAYER.get(name)
     if layer is not None:
         value = getattr(importlib.import_module(f".{layer}", __name__), name)

@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
+import _signal  # ``signal`` with its enums costs start-up time
+
+_CATCHABLE = set(_signal.valid_signals()) - {_signal.SIGKILL, _signal.SIGSTOP}
+
 TYPE_CHECKING = False  # ``collections.abc`` and ``typing`` cost start-up time
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -19,9 +23,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tether`` console script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:
+        # Before anything else runs: a signal from now on waits for ``Init`` to forward it.
+        mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, _CATCHABLE)
         from ._run import main as run
 
-        code = run(args[1:])
+        code = run(args[1:], mask)
         if argv is None:  # the command itself: skip the interpreter's teardown, as tini has none
             sys.stdout.flush()
             sys.stderr.flush()

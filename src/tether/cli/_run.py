@@ -205,8 +205,11 @@ def _usage(message: str) -> None:
     raise SystemExit(EX_USAGE)
 
 
-def main(argv: Sequence[str]) -> int:
-    """``tether run``; the exit status."""
+def main(argv: Sequence[str], mask: set[int] | None = None) -> int:
+    """``tether run``; the exit status. ``mask`` is the signal mask it started with, if the
+    caller already blocked every catchable signal (as the ``tether`` command does first)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, CATCHABLE)
+    mask = blocked if mask is None else mask
     opts = Options(argv)
     opts.read_environ(os.environ)
     cmd = opts.cmd
@@ -216,7 +219,6 @@ def main(argv: Sequence[str]) -> int:
         say.to_file(opts.log)
     elif opts.verbose:
         say.level = INFO
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, CATCHABLE)
     ignored = set() if opts.reset_signals else _ignored() - PYTHON_IGNORES
     if opts.reset_signals:
         mask = set()
@@ -266,6 +268,10 @@ def _spawn(
     Raises:
         OSError: it could not be executed (from the child, through a close-on-exec pipe).
     """
+    if tty is None:  # nothing to do between fork and exec: the C library's vfork is faster
+        return os.posix_spawnp(
+            cmd[0], cmd, env, setpgroup=0, setsigmask=mask, setsigdef=CATCHABLE - ignored
+        )
     errors_r, errors_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child, until exec

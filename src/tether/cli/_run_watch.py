@@ -13,7 +13,6 @@ their descendants, and every process carrying the run's mark, SIGTERM first, SIG
 from __future__ import annotations
 
 import os
-import select
 import sys
 
 from .. import _procfs
@@ -85,6 +84,8 @@ class Watcher:
 
 def _watch(pidfd: int, read: int, grace: float, mark: tuple[str, str]) -> None:
     """The watcher's life: wait for ``tether run`` to end; stop what it left if it died."""
+    import select  # here, not in ``tether run``'s start-up
+
     os.setsid()
     os.chdir("/")
     devnull = os.open(os.devnull, os.O_RDWR)
