@@ -134,6 +134,55 @@ async def test_a_grandchild_holding_the_pipes_is_named_and_stopped(
         assert not alive(holder.pid)
 
 
+LIST_FDS = """
+import os
+fds = []
+for name in os.listdir("/proc/self/fd"):
+    try:
+        os.fstat(int(name))  # not the listing's own descriptor, closed by now
+    except OSError:
+        continue
+    fds.append(int(name))
+print(sorted(fds))
+"""
+
+
+@pytest.mark.parametrize("keeper", [True, False], ids=["keeper", "no-keeper"])
+async def test_a_tool_gets_its_stdio_and_what_is_passed_only(keeper: bool) -> None:
+    """Issue 29: descriptors this process left inheritable (a library's, an inherited one) are
+    not the tool's, nor are duplicates of its pipes; ``pass_fds`` passes some, as in
+    ``subprocess``."""
+    read, write = os.pipe()
+    os.set_inheritable(read, True)
+    os.set_inheritable(write, True)
+    try:
+        async with group(keeper) as children:
+            plain = await children.run([sys.executable, "-c", LIST_FDS])
+            passed = await children.run([sys.executable, "-c", LIST_FDS], pass_fds=[write])
+            with pytest.raises(ValueError, match="above 2"):
+                await children.run(["true"], pass_fds=[1])
+    finally:
+        os.close(read)
+        os.close(write)
+    assert plain.stdout == b"[0, 1, 2]\n"
+    assert passed.stdout == f"[0, 1, 2, {write}]\n".encode()
+
+
+async def test_a_grandchild_with_its_stdio_elsewhere_holds_nothing() -> None:
+    """Issue 29: a background job whose stdio all goes to ``/dev/null`` does not hold the
+    tool's pipes (it held duplicates of them, and was named a holder and stopped)."""
+    async with group() as children:
+        result = await children.run(
+            ["sh", "-c", "sleep 30 </dev/null >/dev/null 2>&1 & echo $!"], linger=LINGER
+        )
+        job = int(result.stdout)
+        try:
+            assert not result.holders
+            assert alive(job)
+        finally:
+            os.kill(job, 9)
+
+
 async def test_a_timeout_stops_a_tree_that_ignores_sigint_and_sigterm() -> None:
     stubborn = """
         import signal, subprocess, time

@@ -5,8 +5,8 @@ from __future__ import annotations
 import errno
 import json
 import os
-import struct
 import socket as pysocket
+import struct
 import tempfile
 import threading
 from collections.abc import AsyncIterator

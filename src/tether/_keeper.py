@@ -261,6 +261,9 @@ def main(argv: list[str]) -> None:
     left out)."""
     sock_fd, owner, grace = int(argv[0]), int(argv[1]), float(argv[2])
     mark = argv[3] if len(argv) > 3 else ""
+    # What the owner left inheritable is not the children's: they get 0-2 and what is passed.
+    os.closerange(3, sock_fd)
+    os.closerange(sock_fd + 1, 1 << 20)
     for sig in _IGNORED:
         signal.signal(sig, signal.SIG_IGN)
     sock = socket.socket(fileno=sock_fd)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import sys
 
-import _signal  # ``signal`` with its enums costs start-up time
-
-_CATCHABLE = set(_signal.valid_signals()) - {_signal.SIGKILL, _signal.SIGSTOP}
-
 TYPE_CHECKING = False  # ``collections.abc`` and ``typing`` cost start-up time
 if TYPE_CHECKING:
+    import signal
     from collections.abc import Sequence
+else:
+    import _signal as signal  # without its enums: see tether._procfs
+
+_CATCHABLE = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:
         # Before anything else runs: a signal from now on waits for ``Init`` to forward it.
-        mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, _CATCHABLE)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _CATCHABLE)
         from ._run import main as run
 
         code = run(args[1:], mask)

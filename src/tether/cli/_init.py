@@ -120,9 +120,9 @@ class Init:
             return
         where = f"process group {self.cmd}" if self.group else f"pid {self.cmd}"
         say.info(f"forwarded {_name(sig)} to {where}")
-        if sig == signal.SIGTERM and self.stop_timeout is not None:
-            if self._sigterm_deadline is None:
-                self._sigterm_deadline = time.monotonic() + self.stop_timeout
+        first = self._sigterm_deadline is None
+        if sig == signal.SIGTERM and self.stop_timeout is not None and first:
+            self._sigterm_deadline = time.monotonic() + self.stop_timeout
 
     def _suspend(self, sig: int, forward: int) -> None:
         """Job control: CMD's group gets ``forward`` (``sig`` rewritten; none if 0), then this

@@ -178,6 +178,7 @@ class ChildGroup:
         stdin: int | None = None,
         stdout: int | None = None,
         stderr: int | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> Child:
         """Start ``argv`` as a child in its own session and process group.
 
@@ -188,6 +189,8 @@ class ChildGroup:
             stdout: the same; with ``PIPE``, ``child.stdout`` is a
                 ``trio.abc.ReceiveStream``.
             stderr: the same, or ``subprocess.STDOUT`` (wherever stdout goes).
+            pass_fds: descriptors of ours (above 2) the child gets under the same numbers;
+                it gets no other, as under ``subprocess``.
             env: the child's environment (default: this process's); ``TETHER_SESSION`` and
                 ``TETHER_EPOCH`` are always set.
             cwd: the child's working directory.
@@ -215,13 +218,14 @@ class ChildGroup:
         directory = None if cwd is None else os.fspath(cwd)
         label = name or (os.path.basename(argv[0]) if argv else "")
         path, args = prepare(argv, full_env, directory)
+        if any(fd <= 2 for fd in pass_fds):
+            raise ValueError(f"pass_fds are above 2 (stdio has its own arguments): {pass_fds}")
         stdio = Stdio(stdin, stdout, stderr)
+        fds = {**stdio.child_fds, **{fd: fd for fd in pass_fds}}
         try:
-            child = await self._keepers.spawn(
-                argv, path, args, full_env, stdio.child_fds, label
-            )
+            child = await self._keepers.spawn(argv, path, args, full_env, fds, label)
             if child is None:
-                pid = spawn_process(argv, full_env, directory, fds=stdio.child_fds)
+                pid = spawn_process(argv, full_env, directory, fds=fds)
                 child = Child._create(ProcessRef.of(pid), argv, label, self.grace)
                 await trio.lowlevel.checkpoint()
         except BaseException:
@@ -253,6 +257,7 @@ class ChildGroup:
         activity: ToolActivity | None = None,
         stalled: Callable[[ToolStall], Awaitable[None]] | None = None,
         max_output: int = MAX_OUTPUT,
+        pass_fds: Sequence[int] = (),
     ) -> RunResult:
         """Run a tool to its end, as a harness needs: its output whole, and never a hang.
 
@@ -275,6 +280,7 @@ class ChildGroup:
             stalled: awaited with the ``ToolStall`` when one is announced.
             max_output: bytes of each stream to keep (256 MiB); the rest is read and counted
                 in ``dropped``.
+            pass_fds: as ``spawn``.
 
         Cancelling it stops the tool's tree. Every stop is the group's escalation.
         """
@@ -282,6 +288,7 @@ class ChildGroup:
             self, argv, input=input, capture_output=capture_output, timeout=timeout,
             stall_after=stall_after, on_stall=on_stall, linger=linger, check=check, env=env,
             cwd=cwd, name=name, activity=activity, stalled=stalled, max_output=max_output,
+            pass_fds=pass_fds,
         )  # fmt: skip
 
     @property

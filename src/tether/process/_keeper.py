@@ -25,7 +25,7 @@ import trio
 from .._keeper import frame, unframe
 from ._child import Child
 from ._ref import ProcessRef
-from ._spawn import DEFAULT_DISPOSITIONS, SpawnError
+from ._spawn import DEFAULT_DISPOSITIONS, SpawnError, strays
 
 logger = logging.getLogger("tether.process")
 
@@ -255,5 +255,5 @@ def _spawn(argv: list[str], sock: int) -> int:
         setsid=True,
         setsigmask=(),
         setsigdef=DEFAULT_DISPOSITIONS,
-        file_actions=[(os.POSIX_SPAWN_DUP2, sock, 3)],
+        file_actions=[(os.POSIX_SPAWN_DUP2, sock, 3), *strays({3})],
     )

@@ -112,10 +112,28 @@ def spawn_process(
             setsid=True,
             setsigmask=(),
             setsigdef=DEFAULT_DISPOSITIONS,
-            file_actions=_redirect(output) + _dup(fds or {}),
+            file_actions=_redirect(output) + _dup(fds or {}) + strays(set(fds or ())),
         )
     except OSError as exc:
         raise SpawnError(program, exc.errno or errno.EIO) from exc
+
+
+def strays(keep: set[int]) -> list[tuple[int, ...] | tuple[int, int, str, int, int]]:
+    """Close actions for every inheritable descriptor of ours above 2 but those in ``keep``:
+    a child gets its stdio and what it was passed, as under ``subprocess``'s ``close_fds``
+    (``posix_spawn`` has no ``closefrom``, and a descriptor a library left inheritable would
+    otherwise keep a pipe or a socket of ours open in every tool)."""
+    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2 or fd in keep:
+            continue
+        try:
+            if os.get_inheritable(fd):
+                actions.append((os.POSIX_SPAWN_CLOSE, fd))
+        except OSError:
+            continue  # the listing's own descriptor, closed since
+    return actions
 
 
 def _dup(fds: Mapping[int, int]) -> list[tuple[int, ...] | tuple[int, int, str, int, int]]:

@@ -63,6 +63,7 @@ async def run_tool(
     clock: Clock | None = None,
     stalled: Callable[[ToolStall], Awaitable[None]] | None = None,
     max_output: int = MAX_OUTPUT,
+    pass_fds: Sequence[int] = (),
 ) -> RunResult:
     """See ``ChildGroup.run``."""
     policy = OnStall(on_stall)
@@ -75,7 +76,7 @@ async def run_tool(
         argv, env=full_env, cwd=cwd, name=name,
         stdin=DEVNULL if input is None else PIPE,
         stdout=PIPE if capture_output else None,
-        stderr=PIPE if capture_output else None,
+        stderr=PIPE if capture_output else None, pass_fds=pass_fds,
     )  # fmt: skip
     run = _Run(
         group, child, mark, activity or ToolActivity(clock), threshold, policy, stalled, max_output
