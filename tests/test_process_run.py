@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,6 +19,7 @@ import trio
 
 from helpers import python, unique_session, wait_until
 from tether import ChildGroup, ManualClock, ToolActivity, ToolFailed, ToolStall
+from tether.process import _capture
 
 GRACE = 0.3
 LINGER = 0.3
@@ -305,3 +307,26 @@ async def test_endless_output_is_kept_up_to_max_output_and_the_rest_counted() ->
     assert result.timed_out
     assert len(result.stdout) == 1024 * 1024
     assert result.dropped > 0
+
+
+async def test_output_past_the_spill_size_waits_on_disk_and_comes_back_whole(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 29: past ``SPILL_AT`` a stream goes to an unlinked temporary file (in ``TMPDIR``)
+    and is read back whole, byte for byte, both streams at once; the cap still holds; and
+    nothing is left in ``TMPDIR`` afterwards."""
+    monkeypatch.setattr(_capture, "SPILL_AT", 64 * 1024)
+    monkeypatch.setattr(_capture, "WRITE_EVERY", 16 * 1024)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    source = tmp_path / "source"
+    source.write_bytes(os.urandom(3 * 1024 * 1024 + 7))
+    script = f"cat {source}; cat {source} >&2"
+    async with group() as children:
+        whole = await children.run(["sh", "-c", script])
+        capped = await children.run(["sh", "-c", script], max_output=1024 * 1024)
+    data = source.read_bytes()
+    assert (whole.stdout, whole.stderr, whole.dropped) == (data, data, 0)
+    assert (capped.stdout, capped.stderr) == (data[: 1024 * 1024], data[: 1024 * 1024])
+    assert capped.dropped == 2 * (len(data) - 1024 * 1024)
+    assert os.listdir(tmp_path) == ["source"]

@@ -23,6 +23,7 @@ import trio
 from .. import _procfs
 from .._clock import Clock
 from ._activity import MarkedChildren, ToolActivity, TreeProgress
+from ._capture import Capture
 from ._holders import PipeHolder, pipe_holders
 from ._ref import ProcessRef
 from ._result import DEFAULT_STALL_AFTER, OnStall, RunResult, ToolFailed, ToolStall
@@ -42,7 +43,8 @@ TOOL_VAR = "TETHER_TOOL"
 READ_SIZE = 65536
 MAX_OUTPUT = 256 * 1024 * 1024
 """Bytes of each stream a run keeps by default; the rest is read (so the tool never blocks on
-a full pipe) and counted in ``RunResult.dropped``: ``yes`` must not take the harness's memory."""
+a full pipe) and counted in ``RunResult.dropped``: ``yes`` must not take the harness's memory.
+A stream past 16 MiB waits in a temporary file until the run ends (``_capture``)."""
 
 
 async def run_tool(
@@ -113,10 +115,8 @@ class _Run:
         self.report = stalled
         self.orphans = MarkedChildren(TOOL_VAR, mark)
         self.progress = TreeProgress(self._roots)
-        self.out = bytearray()
-        self.err = bytearray()
-        self.max_output = max_output
-        self.dropped = 0
+        self.out = Capture(max_output)
+        self.err = Capture(max_output)
         self.drained = 0
         self.drains_done = trio.Event()
         self.timed_out = self.stalled = False
@@ -135,16 +135,23 @@ class _Run:
         return found | held | refs(_procfs.subtree(ref.pid for ref in held))
 
     async def until_done(self, input: bytes | None, deadline: float, linger: float) -> RunResult:
+        try:
+            return await self._until_done(input, deadline, linger)
+        finally:
+            self.out.close()
+            self.err.close()
+
+    async def _until_done(self, input: bytes | None, deadline: float, linger: float) -> RunResult:
         outputs = ((self.child.stdout, self.out), (self.child.stderr, self.err))
-        pipes = [(stream, buffer) for stream, buffer in outputs if stream is not None]
+        pipes = [(stream, capture) for stream, capture in outputs if stream is not None]
         if not pipes:
             self.drains_done.set()
         try:
             async with trio.open_nursery() as nursery:
                 if input is not None and self.child.stdin is not None:
                     nursery.start_soon(self._feed, self.child.stdin, input)
-                for stream, buffer in pipes:
-                    nursery.start_soon(self._drain, stream, buffer, len(pipes))
+                for stream, capture in pipes:
+                    nursery.start_soon(self._drain, stream, capture, len(pipes))
                 await self._watch(deadline)
                 if not self.child.exited:
                     self.timed_out = True
@@ -163,14 +170,14 @@ class _Run:
             argv=self.child.argv,
             returncode=self.child.returncode,
             status_lost=self.child.status_lost,
-            stdout=bytes(self.out),
-            stderr=bytes(self.err),
+            stdout=await self.out.value(),
+            stderr=await self.err.value(),
             timed_out=self.timed_out,
             stalled=self.stalled,
             holders=tuple(self.holders),
             max_silence=self.activity.finish(),
             stall_after=self.threshold,
-            dropped=self.dropped,
+            dropped=self.out.dropped + self.err.dropped,
         )
 
     async def _stop(self) -> None:
@@ -205,14 +212,10 @@ class _Run:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the tool closed its input early; what it read is what it gets
 
-    async def _drain(self, stream: trio.lowlevel.FdStream, buffer: bytearray, of: int) -> None:
+    async def _drain(self, stream: trio.lowlevel.FdStream, capture: Capture, of: int) -> None:
         try:
             while data := await stream.receive_some(READ_SIZE):
-                room = self.max_output - len(buffer)
-                if len(data) > room:
-                    self.dropped += len(data) - max(room, 0)
-                    data = data[: max(room, 0)]
-                buffer += data
+                await capture.add(data)
                 self.activity.advance()
         except trio.ClosedResourceError:
             pass
