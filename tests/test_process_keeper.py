@@ -255,20 +255,50 @@ async def test_issue_26_keeper_then_owner_killed_leaves_no_survivor(tmp_path: Pa
         await wait_until(reap_zombie_children)
 
 
-async def test_a_group_starts_and_closes_its_keeper(tmp_path: Path) -> None:
-    async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
-        keeper = group.keeper_pid
-        assert keeper is not None
-        process = psutil.Process(keeper)
-        assert process.ppid() == os.getpid()
-        assert process.cwd() == "/"  # it holds no directory busy
-        assert os.getsid(keeper) == keeper  # no terminal signal reaches it
-        child = await group.spawn([sys.executable, "-c", "import sys; sys.exit(7)"])
-        with trio.fail_after(10):
-            assert await child.wait() == 7
-        assert psutil.Process(child.pid).ppid() if psutil.pid_exists(child.pid) else True
-    assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+def test_the_groups_of_a_run_share_one_keeper_which_ends_with_the_run() -> None:
+    """Issue 29: the n-th group of a trio run costs no process: groups open at once and one
+    opened after they closed all spawn through one keeper, which is closed and reaped when the
+    run ends."""
+    seen: list[int | None] = []
+
+    async def main() -> None:
+        async with (
+            ChildGroup(unique_session(), 1, grace=GRACE) as first,
+            ChildGroup(unique_session(), 1, grace=GRACE) as second,
+        ):
+            seen.extend([first.keeper_pid, second.keeper_pid])
+            keeper = psutil.Process(first.keeper_pid)
+            assert keeper.ppid() == os.getpid()
+            assert keeper.cwd() == "/"  # it holds no directory busy
+            assert os.getsid(keeper.pid) == keeper.pid  # no terminal signal reaches it
+            child = await second.spawn([sys.executable, "-c", "import sys; sys.exit(7)"])
+            with trio.fail_after(10):
+                assert await child.wait() == 7
+        async with ChildGroup(unique_session(), 1, grace=GRACE) as third:
+            seen.append(third.keeper_pid)
+
+    trio.run(main)
+    assert seen[0] is not None and seen == [seen[0]] * 3
+    assert not psutil.pid_exists(seen[0]) or psutil.Process(seen[0]).ppid() != os.getpid()
     assert zombie_children() == []
+
+
+async def test_closing_one_group_stops_its_tree_and_leaves_the_other_s(tmp_path: Path) -> None:
+    """A group stays the unit that is stopped: closing one stops its escapees (a setsid one, a
+    double-forked daemon whose parent is gone, one that scrubbed its environment) and leaves
+    the other group's process running; closing that one stops it."""
+    other = ChildGroup(unique_session(), 1, grace=GRACE)
+    async with other:
+        kept = await other.spawn(["sleep", "600"])
+        async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
+            assert group.keeper_pid == other.keeper_pid
+            await group.spawn([sys.executable, "-c", textwrap.dedent(ESCAPEES), str(tmp_path)])
+            await wait_until(lambda: (tmp_path / "ready").exists(), timeout=20)
+            await wait_until(lambda: len(escapees(tmp_path)) == len(NAMES), timeout=10)
+            tree = escapees(tmp_path)
+        assert alive(tree) == []
+        assert kept.ref.state() not in (None, "Z")
+    assert kept.ref.state() is None
 
 
 # An owner that leaves its keeper's reports unread when it dies: its group spawns the escapees

@@ -7,12 +7,21 @@ It runs as ``python -I -S -c ...`` and imports only the standard library (and
 owner over one Unix stream socket, in frames of a 4-byte big-endian length and a JSON object:
 
     keeper -> owner   {"op": "ready", "pid": N}
-    owner  -> keeper  {"op": "spawn", "path": ..., "args": [...], "env": {...}, "fds": [...]}
+    owner  -> keeper  {"op": "spawn", "path": ..., "args": [...], "env": {...}, "fds": [...],
+                       "group": "TETHER_GROUP=<id>"}
                       (with the descriptors to pass, by SCM_RIGHTS, in ``fds`` order)
     keeper -> owner   {"op": "spawned", "pid": N} or {"op": "failed", "errno": E}
     owner  -> keeper  {"op": "ack", "pid": N}   (the owner holds N's identity: it may be reaped)
     keeper -> owner   {"op": "exit", "pid": N, "code": C}
+    owner  -> keeper  {"op": "join", "group": G}     (G uses the keeper: stop it if the owner dies)
+    owner  -> keeper  {"op": "release", "group": G}  (kill what is left of G)
+    keeper -> owner   {"op": "released", "group": G, "killed": K}
     owner  -> keeper  {"op": "close"}           (stop what is left, reap, exit)
+
+One keeper serves every ``ChildGroup`` of its owner (ADR 0037). A group's processes are its
+children, the orphans that lead or sit in their sessions or carry the group's mark, and their
+descendants; an orphan that is none of these (it left its session and scrubbed its
+environment) is released with the last group that is open.
 
 A spawned child is not reaped before its ``ack``, so its pid cannot be reused while the owner
 builds its ``ProcessRef``. The owner is watched through a pidfd (never ``PR_SET_PDEATHSIG``,
@@ -94,6 +103,11 @@ class Keeper:
         """Spawned children not acknowledged yet: their zombies keep their pids."""
         self.spawned: set[int] = set()
         """Children the owner spawned and waits for."""
+        self.groups: dict[str, set[int]] = {}
+        """Each open group's mark to the pids of the children spawned for it (and so the
+        sessions they lead)."""
+        self.marks: set[str] = {mark} if mark else set()
+        """Every group mark served: stopped wherever it is when the owner dies."""
 
     def send(self, message: dict[str, Any]) -> None:
         self.outgoing += frame(message)
@@ -152,6 +166,10 @@ class Keeper:
         else:
             self.held.add(pid)
             self.spawned.add(pid)
+            group = str(request.get("group") or self.mark)
+            if group:
+                self.groups.setdefault(group, set()).add(pid)
+                self.marks.add(group)
             self.send({"op": "spawned", "pid": pid})
         finally:
             for fd in passed:
@@ -177,9 +195,8 @@ class Keeper:
         def collect() -> set[_procfs.Identity]:
             procs = _procfs.table()
             pids = _procfs.descendants([self.me], procs)
-            if self.mark:
-                variable, _, value = self.mark.partition("=")
-                marked = _procfs.marked(variable, value) - {self.me, self.owner}
+            for mark in self.marks:
+                marked = self.marked(mark)
                 pids |= marked | _procfs.descendants(marked, procs)
             return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
 
@@ -193,6 +210,35 @@ class Keeper:
                 )
         steps = ((signal.SIGINT, self.grace), (signal.SIGTERM, self.grace), (signal.SIGKILL, 1.0))
         _procfs.escalate(collect, steps, self.reap)
+        self.reap()
+        return len(found)
+
+    def marked(self, mark: str) -> set[int]:
+        variable, _, value = mark.partition("=")
+        return _procfs.marked(variable, value) - {self.me, self.owner}
+
+    def release(self, group: str) -> int:
+        """Kill what is left of ``group`` (its owner stopped it gently first), reap it, and
+        forget the group; how many processes there were."""
+        sessions = self.groups.pop(group, set())
+        others = set().union(*self.groups.values())  # a pid reused by another group is its
+
+        def collect() -> set[_procfs.Identity]:
+            procs = _procfs.table()
+            roots = self.marked(group) if group else set()
+            for pid in _procfs.children(self.me):
+                fields = _procfs.stat_fields(pid)
+                session = int(fields[3]) if fields else 0
+                if not self.groups or (
+                    {pid, session} & sessions and not {pid, session} & others
+                ):
+                    roots.add(pid)
+            pids = roots | _procfs.descendants(roots, procs)
+            return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
+
+        self.held -= sessions
+        found = collect()
+        _procfs.escalate(collect, ((signal.SIGKILL, 1.0),), self.reap)
         self.reap()
         return len(found)
 
@@ -252,8 +298,16 @@ class Keeper:
                     elif op == "ack":
                         self.held.discard(int(frame["pid"]))
                         self.reap()
+                    elif op == "join":
+                        group = str(frame.get("group") or "")
+                        self.groups.setdefault(group, set())
+                        self.marks.add(group)
+                    elif op == "release":
+                        group = str(frame.get("group") or "")
+                        killed = self.release(group)
+                        self.send({"op": "released", "group": group, "killed": killed})
                     elif op == "close":
-                        return "its owner closed the group"
+                        return "its owner closed it"
 
 
 def main(argv: list[str]) -> None:

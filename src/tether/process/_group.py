@@ -1,9 +1,10 @@
 """``ChildGroup``: the children of one session and epoch, and everything they start.
 
-The group's children are spawned by its keeper (``tether._keeper``, ADR 0023), a small process
-that is their parent and child subreaper: every process they start stays below it, however it
-escapes its session, and if this process dies, however it dies (SIGKILL, an unhandled SIGTERM,
-``os._exit``, the OOM killer), the keeper stops them all. It also reaps every orphan, so this
+The group's children are spawned by a keeper (``tether._keeper``, ADR 0023), a small process
+that is their parent and child subreaper, shared by every group of the trio run (ADR 0037):
+every process they start stays below it, however it escapes its session, and if this process
+dies, however it dies (SIGKILL, an unhandled SIGTERM, ``os._exit``, the OOM killer), the
+keeper stops them all. It also reaps every orphan, so this
 process is never left holding a zombie. Where there is no keeper (off Linux, or it could not
 start or was killed), the group falls back to making this process the subreaper and telling its
 orphans by their mark (``OrphanReaper``).
@@ -151,12 +152,9 @@ class ChildGroup:
         finally:
             assert self._nursery_manager is not None
             self._reaper.stop()
-            keeper = self._keepers.current
-            if keeper is not None and keeper.alive:  # aclose failed part way
-                with trio.CancelScope(shield=True):
-                    await keeper.close()  # else its reader below would wait forever
-            # The reaper and the keeper's reader never raise; the body's own exception
-            # propagates on its own.
+            with trio.CancelScope(shield=True):  # aclose failed part way: release the rest
+                await self._keepers.close(self._children)
+            # The reaper never raises; the body's own exception propagates on its own.
             await self._nursery_manager.__aexit__(None, None, None)
 
     async def _adopt_orphans(self) -> None:
@@ -312,18 +310,15 @@ class ChildGroup:
             logger.error("%d twins of session %s survived", len(survivors), self.session)
 
     def members(self) -> set[ProcessRef]:
-        """Every process this group answers for now: every process below its keeper; without
-        one, its children's trees and the orphans carrying its mark (or its children's
-        sessions) that were reparented to this process, and, once a keeper was lost, every
-        process carrying its mark wherever it went."""
+        """Every process this group answers for now: its children's trees, and the orphans
+        that lead or sit in their sessions or carry its mark, reparented to its keeper (every
+        orphan there while it is the keeper's only group) or, without one, to this process;
+        once a keeper was lost, every process carrying its mark wherever it went."""
         stats = snapshot()
-        keeper = self.keeper_pid
-        if keeper is not None and not self._keepers.lost:
-            return refs(descendants(stats, [keeper]))
         roots = {child.pid for child in self._children if not child.done}
-        roots |= self._reaper.orphans(stats)
-        if keeper is not None:
-            roots |= descendants(stats, [keeper])
+        roots |= self._keepers.orphans(stats, self._reaper.marked)
+        if self.keeper_pid is None or self._keepers.lost:
+            roots |= self._reaper.orphans(stats)
         if self._keepers.lost:
             roots |= {pid for pid in stats if self._reaper.marked(pid)}
         return refs(roots | descendants(stats, roots))

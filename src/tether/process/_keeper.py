@@ -105,11 +105,18 @@ class Keeper:
             theirs.close()
         child = Child._create(ProcessRef.of(pid), argv, "keeper", grace)
         keeper = cls(child, _trio(ours), grace)
-        with trio.move_on_after(START_TIMEOUT):
-            frames = await keeper._read()
-            if frames and frames[0].get("op") == "ready":
-                return keeper
+        try:
+            with trio.move_on_after(START_TIMEOUT):
+                frames = await keeper._read()
+                if frames and frames[0].get("op") == "ready":
+                    return keeper
+        except BaseException:  # cancelled while it starts (its run ends, say): none is left
+            with trio.CancelScope(shield=True):
+                await keeper.kill()
+            keeper._sock.close()
+            raise
         await keeper.kill()
+        keeper._sock.close()
         raise KeeperUnavailable(f"the keeper (pid {pid}) did not start within {START_TIMEOUT}s")
 
     async def serve(self) -> None:
@@ -133,16 +140,17 @@ class Keeper:
             child = self._watched.pop(int(frame["pid"]), None)
             if child is not None:
                 child._reaped(int(frame["code"]))  # unless the kernel told it first
-        elif op in ("spawned", "failed"):
+        elif op in ("spawned", "failed", "released"):
             self._reply = frame
             self._replied.set()
 
     async def spawn(
         self, program: str, path: str, args: Sequence[str], env: Mapping[str, str],
-        fds: Mapping[int, int] | None = None,
+        fds: Mapping[int, int] | None = None, group: str = "",
     ) -> ProcessRef:  # fmt: skip
         """Have the keeper start ``path`` with ``args`` and ``env`` (descriptors ``fds``,
-        target to ours, set up in the child); its identity. ``watch`` and ``ack`` it next.
+        target to ours, set up in the child) for ``group`` (its mark); its identity. ``watch``
+        and ``ack`` it next.
 
         Raises:
             KeeperUnresponsive: the keeper did not answer within ``timeout`` (it was killed),
@@ -153,24 +161,59 @@ class Keeper:
         targets = list((fds or {}).keys())
         sources = [(fds or {})[t] for t in targets]
         message: dict[str, Any] = {
-            "op": "spawn", "path": path, "args": list(args), "env": dict(env), "fds": targets
+            "op": "spawn", "path": path, "args": list(args), "env": dict(env), "fds": targets,
+            "group": group,
         }  # fmt: skip
-        async with self._lock:
-            if not self.alive:
-                raise SpawnError(program, errno.ECHILD, "the group's keeper is gone")
-            self._replied = trio.Event()
-            with trio.move_on_after(self.timeout) as deadline:
-                await self._send(message, sources)
-                await self._replied.wait()
-            if deadline.cancelled_caught:
-                self.unresponsive(f"it did not answer a spawn within {self.timeout:g}s")
-                raise KeeperUnresponsive(program, self.pid, f"did not answer in {self.timeout:g}s")
-            reply, self._reply = self._reply, None
+        if not self.alive:
+            raise SpawnError(program, errno.ECHILD, "the group's keeper is gone")
+        try:
+            reply = await self._ask(message, sources, "a spawn")
+        except TimeoutError:
+            raise KeeperUnresponsive(
+                program, self.pid, f"did not answer in {self.timeout:g}s"
+            ) from None
         if reply is None:
             raise KeeperUnresponsive(program, self.pid, "died before it answered")
         if reply["op"] == "failed":
             raise SpawnError(program, int(reply["errno"]))
         return ProcessRef.of(int(reply["pid"]))  # the keeper holds its zombie until our ack
+
+    async def join(self, group: str) -> None:
+        """Tell the keeper ``group`` uses it: if this process dies, the group's processes are
+        stopped wherever they went (the orphans of a keeper killed before it, say)."""
+        with trio.move_on_after(self.timeout), contextlib.suppress(OSError):
+            await self._send({"op": "join", "group": group}, [])
+
+    async def release(self, group: str) -> int | None:
+        """Have the keeper kill what is left of ``group`` (stopped gently by its owner before)
+        and forget it; how many processes it killed, ``None`` if it is gone or did not answer
+        (then it is killed: its successor stops the group's processes by their mark)."""
+        if not self.alive:
+            return None
+        try:
+            reply = await self._ask({"op": "release", "group": group}, [], "a release")
+        except (TimeoutError, OSError):
+            return None
+        return None if reply is None else int(reply.get("killed", 0))
+
+    async def _ask(
+        self, message: dict[str, Any], fds: list[int], what: str
+    ) -> dict[str, Any] | None:
+        """Send ``message`` and wait for the reply (``None``: the keeper died first).
+
+        Raises:
+            TimeoutError: no reply within ``timeout``: the keeper is killed.
+        """
+        async with self._lock:
+            self._replied = trio.Event()
+            with trio.move_on_after(self.timeout) as deadline:
+                await self._send(message, fds)
+                await self._replied.wait()
+            if deadline.cancelled_caught:
+                self.unresponsive(f"it did not answer {what} within {self.timeout:g}s")
+                raise TimeoutError(what)
+            reply, self._reply = self._reply, None
+        return reply
 
     def watch(self, child: Child) -> None:
         """Route the keeper's report of ``child``'s exit to it."""
@@ -202,9 +245,11 @@ class Keeper:
     async def close(self) -> None:
         """Ask the keeper to stop whatever is left below it and exit; wait for it (bounded)."""
         bound = 2 * self.grace + 2.0
-        if self.alive and self.process.ref.state() in ("T", "t"):
-            self.unresponsive("it is stopped")
-        if self.alive:
+        running = not self.process.done  # its reader may have ended already (cancelled)
+        if running and self.process.ref.state() in ("T", "t"):
+            logger.error("keeper pid %d is stopped at its close: killing it", self.pid)
+            self.process.send_signal(signal.SIGKILL)
+        elif running:
             with trio.move_on_after(self.timeout), contextlib.suppress(OSError):
                 await self._send({"op": "close"}, [])
         with trio.move_on_after(bound):

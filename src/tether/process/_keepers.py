@@ -1,7 +1,8 @@
-"""``Keepers``: a group's keeper, kept running. It is started when the group opens and,
-if it is killed, replaced; each one stops the group's marked processes too, so the orphans
-of a killed keeper still die with the owner (ADR 0031). While no keeper runs (between a
-loss and its replacement, or when none can start), the group spawns in this process."""
+"""``Keepers``: one group's use of the keeper its trio run shares (``KeeperHost``). If that
+keeper is killed, the host starts another; the group's children it had spawned become orphans
+elsewhere, so from then on the group also finds its processes by their mark (ADR 0031). While
+no keeper runs (between a loss and its replacement, or when none can start), the group spawns
+in this process."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import trio
 
 from ._child import REPORT_TIMEOUT, Child
 from ._keeper import Keeper, KeeperUnavailable, KeeperUnresponsive
+from ._keeper_host import KeeperHost
+from ._proc import Stat
 from ._spawn import SpawnError
 
 logger = logging.getLogger("tether.process")
@@ -23,8 +26,8 @@ REPORT_WAIT = 1.0
 
 
 class Keepers:
-    """The keeper of one group (``current``), replaced whenever it is lost while the group
-    is open (``is_open``); ``without`` runs once no keeper can be had."""
+    """One group's side of the shared keeper (``current``); ``without`` runs once no keeper
+    can be had."""
 
     def __init__(
         self,
@@ -37,13 +40,20 @@ class Keepers:
         self.session = session
         self.grace = grace
         self.mark = mark
-        """``TETHER_GROUP=<id>``: what every keeper of the group also stops."""
-        self.current: Keeper | None = None
+        """``TETHER_GROUP=<id>``: how the keeper tells this group's processes."""
         self.lost = False
         """Whether a keeper was ever lost: its orphans are found by their mark from then on."""
         self._is_open = is_open
         self._without = without
         self._nursery: trio.Nursery | None = None
+        self._host: KeeperHost | None = None
+        self._mine: list[Child] = []
+        self._released = False
+
+    @property
+    def current(self) -> Keeper | None:
+        """The keeper this group spawns through now, if it uses one."""
+        return None if self._host is None or self._released else self._host.current
 
     @property
     def pid(self) -> int | None:
@@ -52,21 +62,46 @@ class Keepers:
         return keeper.pid if keeper is not None and keeper.alive else None
 
     async def start(self, nursery: trio.Nursery) -> bool:
-        """Start a keeper and serve it in ``nursery``; whether one runs."""
+        """Use the run's keeper (started if none runs); whether one does."""
         self._nursery = nursery
+        host = KeeperHost.of_run(self.grace)
         try:
-            keeper = await Keeper.start(self.grace, self.mark)
+            keeper = await host.keeper()
+            await keeper.join(self.mark)
         except KeeperUnavailable as exc:
             logger.warning("session %s: %s; the group has no keeper", self.session, exc)
             return False
         if not self._is_open():  # the group closed while it started
-            with trio.CancelScope(shield=True):
-                await keeper.close()
             return False
-        keeper.on_lost = functools.partial(self._lost, keeper)
-        self.current = keeper
-        nursery.start_soon(keeper.serve, name=f"tether keeper {self.session}")
+        self._host = host
+        host.users.append(self)
         return True
+
+    def sessions(self) -> set[int]:
+        """The pids of the children spawned through the keeper: the sessions they lead."""
+        return {child.pid for child in self._mine}
+
+    def orphans(self, stats: Mapping[int, Stat], marked: Callable[[int], bool]) -> set[int]:
+        """The keeper's children that are this group's: its own children, the orphans that
+        lead or sit in their sessions or carry its mark (``marked``), and, while it is the
+        keeper's only group, every other one."""
+        keeper = self.pid
+        if keeper is None or self._host is None:
+            return set()
+        others: set[int] = set()
+        for user in self._host.users:
+            if user is not self and isinstance(user, Keepers):
+                others |= user.sessions()
+        alone = all(user is self for user in self._host.users)
+        mine = self.sessions()
+        found: set[int] = set()
+        for pid, stat in stats.items():
+            if stat.ppid != keeper:
+                continue
+            ids = {pid, stat.session}
+            if alone or (not ids & others and (ids & mine or marked(pid))):
+                found.add(pid)
+        return found
 
     async def spawn(
         self, argv: Sequence[str], path: str, args: Sequence[str], env: Mapping[str, str],
@@ -83,58 +118,58 @@ class Keepers:
         if keeper is None or not keeper.alive:
             return None
         try:
-            ref = await keeper.spawn(argv[0], path, args, env, fds)
+            ref = await keeper.spawn(argv[0], path, args, env, fds, self.mark)
         except SpawnError as exc:  # gone before it was asked: nothing was started
             if isinstance(exc, KeeperUnresponsive) or exc.errno != errno.ECHILD:
                 raise
             return None
         child = Child._create(ref, argv, label, self.grace, kept=True)  # its pidfd is open
         child.on_silent = functools.partial(self._silent, keeper)
+        self._mine.append(child)
         keeper.watch(child)
         await keeper.ack(child.pid)
         return child
 
-    def _lost(self, keeper: Keeper) -> None:
-        """A keeper is gone. At the group's close that is as it should be; before, it was
-        killed: its children went to the nearest subreaper or init, their statuses come from
-        the kernel, and another keeper is started."""
+    def keeper_lost(self, keeper: Keeper) -> None:
+        """The shared keeper was killed while this group is open: its children went to the
+        nearest subreaper or init, and their statuses come from the kernel."""
         if not self._is_open():
             return
         assert self._nursery is not None
         self.lost = True
-        logger.error(
-            "session %s: keeper pid %d died; starting another, which stops its processes by"
-            " their mark",
-            self.session,
-            keeper.pid,
-        )
-        for child in keeper.unreported():
+        logger.error("session %s: its keeper pid %d died", self.session, keeper.pid)
+        for child in self._unreported(keeper):
             self._nursery.start_soon(child.without_keeper)
-        self._nursery.start_soon(self._replace, keeper)
 
-    async def _replace(self, lost: Keeper) -> None:
-        assert self._nursery is not None
-        with trio.CancelScope(shield=True):
-            await lost.close()  # it is dead: this reaps it
-        if not self._is_open() or self.current is not lost:
-            return
-        if not await self.start(self._nursery) and self._is_open():
-            await self._without()
+    def without(self) -> None:
+        """No keeper could replace the lost one: the group adopts its orphans itself."""
+        if self._is_open() and self._nursery is not None:
+            self._nursery.start_soon(self._without)
+
+    def _unreported(self, keeper: Keeper) -> list[Child]:
+        mine = {id(child) for child in self._mine}
+        return [child for child in keeper.unreported() if id(child) in mine]
 
     def _silent(self, keeper: Keeper, child: Child) -> None:
         why = f"pid {child.pid} exited and it said nothing for {REPORT_TIMEOUT:g}s"
         keeper.unresponsive(why)  # the child's own keeper (nothing if it is gone already)
 
     async def close(self, children: Sequence[Child]) -> None:
-        """Wait (bounded) for the keeper's last reports of ``children``, then let it go."""
+        """Wait (bounded) for the keeper's last reports of ``children``, have it kill what is
+        left of the group, and stop using it (idempotent)."""
         keeper = self.current
-        if keeper is None:
+        if keeper is None or self._host is None:
             return
         with trio.move_on_after(REPORT_WAIT):
             for child in children:
                 if not child.done and keeper.alive:
                     await child.wait()
-        await keeper.close()
+        killed = await keeper.release(self.mark)
+        if killed:
+            logger.warning("session %s: its keeper killed %d left behind", self.session, killed)
+        self._released = True
+        if self in self._host.users:
+            self._host.users.remove(self)
         with trio.move_on_after(REPORT_WAIT):  # they were stopped: the kernel has the rest
-            for child in keeper.unreported():
+            for child in self._unreported(keeper):
                 await child.without_keeper()

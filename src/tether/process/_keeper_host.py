@@ -1,0 +1,114 @@
+"""``KeeperHost``: the one keeper every ``ChildGroup`` of a trio run shares (ADR 0037).
+
+A keeper is an interpreter of its own (~20 ms and ~10 MB to start), so one per group made the
+n-th group cost as much as the first. The host starts a keeper when a group first needs one,
+serves it from a system task (so it outlives the group that started it, and the next group
+of the run finds it running), replaces it once if it is killed while groups use it, and
+closes it when the run ends. A group stays the unit that is stopped: it releases its own
+processes (``Keeper.release``) and leaves the others' running.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Protocol
+
+import trio
+
+from ._keeper import Keeper, KeeperUnavailable
+
+logger = logging.getLogger("tether.process")
+
+
+class User(Protocol):
+    """A group's side of the shared keeper: told when it is lost, and when no other could
+    be started."""
+
+    mark: str
+
+    def keeper_lost(self, keeper: Keeper) -> None: ...
+
+    def without(self) -> None: ...
+
+
+_HOSTS: trio.lowlevel.RunVar[dict[float, KeeperHost]] = trio.lowlevel.RunVar("tether_keepers")
+
+
+class KeeperHost:
+    """The keeper of this trio run's groups with this ``grace`` (its escalation when the
+    owner dies)."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.current: Keeper | None = None
+        self.users: list[User] = []
+        """The groups using the keeper now, in the order they came."""
+        self._starting = trio.Lock()
+
+    @classmethod
+    def of_run(cls, grace: float) -> KeeperHost:
+        """The host of the current trio run for ``grace``."""
+        try:
+            hosts = _HOSTS.get()
+        except LookupError:
+            hosts = {}
+            _HOSTS.set(hosts)
+        host = hosts.get(grace)
+        if host is None:
+            host = hosts[grace] = cls(grace)
+        return host
+
+    async def keeper(self) -> Keeper:
+        """The running keeper, started if there is none.
+
+        Raises:
+            KeeperUnavailable: none could be started.
+        """
+        async with self._starting:
+            current = self.current
+            if current is not None and current.alive:
+                return current
+            keeper = await Keeper.start(self.grace)
+            keeper.on_lost = functools.partial(self._lost, keeper)
+            self.current = keeper
+            trio.lowlevel.spawn_system_task(
+                self._serve, keeper, name=f"tether keeper {keeper.pid}"
+            )
+            for user in self.users:  # a successor: it stops their processes too
+                await keeper.join(user.mark)
+            return keeper
+
+    async def _serve(self, keeper: Keeper) -> None:
+        try:
+            await keeper.serve()
+        finally:  # the run ends (this task is cancelled), or the keeper is gone: reap it
+            with trio.CancelScope(shield=True):
+                try:
+                    await keeper.close()
+                except Exception:  # a system task must not raise: the run would crash
+                    logger.exception("closing keeper pid %d failed", keeper.pid)
+
+    def _lost(self, keeper: Keeper) -> None:
+        """The keeper is gone. If no group uses it (the run ends, or none is open) that is
+        all; else it was killed: each group hears of it, and one successor is started."""
+        if keeper is not self.current or not self.users:
+            return
+        logger.error(
+            "keeper pid %d died; starting another, which stops its groups' processes by"
+            " their mark",
+            keeper.pid,
+        )
+        for user in list(self.users):
+            user.keeper_lost(keeper)
+        trio.lowlevel.spawn_system_task(self._replace, keeper, name="tether keeper successor")
+
+    async def _replace(self, lost: Keeper) -> None:
+        if self.current is not lost or not self.users:
+            return
+        try:
+            await self.keeper()
+        except KeeperUnavailable as exc:
+            logger.warning("no keeper could replace pid %d: %s", lost.pid, exc)
+            for user in list(self.users):
+                user.without()
