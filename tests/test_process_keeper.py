@@ -278,7 +278,8 @@ def test_the_groups_of_a_run_share_one_keeper_which_ends_with_the_run() -> None:
             seen.append(third.keeper_pid)
 
     trio.run(main)
-    assert seen[0] is not None and seen == [seen[0]] * 3
+    assert seen[0] is not None
+    assert seen == [seen[0]] * 3
     assert not psutil.pid_exists(seen[0]) or psutil.Process(seen[0]).ppid() != os.getpid()
     assert zombie_children() == []
 

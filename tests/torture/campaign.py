@@ -218,6 +218,7 @@ async def _check(
     for owner in [*here.owners.values(), *here.retired]:
         rows = watch.new(f"owner {owner.seed}", owner.results())
         found += invariants.honest_status(rows, here, watch, f"owner {owner.seed}")
+        found += invariants.released(rows, watch, f"owner {owner.seed}")
     for session in here.sessions:
         rows = watch.new(session, here.received(session))
         found += invariants.honest_status(rows, here, watch, session)

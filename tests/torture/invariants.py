@@ -169,6 +169,19 @@ def honest_status(
     return found
 
 
+def released(rows: Iterable[dict[str, object]], watch: Watch, where: str) -> list[Violation]:
+    """A group that closed while another shares its keeper stopped its own processes."""
+    found: list[Violation] = []
+    for row in rows:
+        if "left" not in row:
+            continue
+        watch.count("released")
+        if row["left"]:
+            found.append(("released", f"{where}: {row['token']}'s group closed and left"
+                          f" pid {row['left']} alive"))  # fmt: skip
+    return found
+
+
 def _signalled(world: World, token: str) -> bool:
     """Whether the nemesis signalled the tool that ran for ``token``."""
     return token in world.facts.tools

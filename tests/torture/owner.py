@@ -3,7 +3,9 @@ each ``sh`` exiting with a code it chose (some leave a ``setsid`` sleeper behind
 what it asked and what ``run`` reported to ``DIR/results.jsonl``; each tool writes its pid to
 ``DIR/<token>.pid`` and the group's keeper pid is kept in ``DIR/keeper``, so the nemesis can
 find them. SIGUSR1 makes it deaf for a second (its thread blocked, its keeper's reports
-unread): an owner killed then dies with frames of its keeper's unread."""
+unread): an owner killed then dies with frames of its keeper's unread. A third of the tools
+run in a short-lived second group that shares the keeper (ADR 0037) and leave a detached
+sleeper; what of it is alive once that group closed is written as ``left``."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import time
 import trio
 
 import tether
+from tether import _procfs
 
 RUN_TIMEOUT = 20.0
 
@@ -48,13 +51,36 @@ async def main(directory: str, seed: int) -> None:
             marker = os.path.join(directory, token)
             record: dict[str, object] = {"token": token, "expect": code}
             try:
-                result = await group.run(["sh", "-c", script, marker], timeout=RUN_TIMEOUT)
+                if rng.random() < 1 / 3:
+                    record["left"] = await short_group(group.session, script, marker)
+                else:
+                    result = await group.run(["sh", "-c", script, marker], timeout=RUN_TIMEOUT)
+                    record.update(got=result.returncode, lost=result.status_lost,
+                                  timed_out=result.timed_out)  # fmt: skip
             except tether.SpawnError as exc:
                 record["error"] = type(exc).__name__
-            else:
-                record.update(got=result.returncode, lost=result.status_lost,
-                              timed_out=result.timed_out)  # fmt: skip
             append(results, record)
+
+
+DETACHED = 'setsid sh -c \'echo $$ > "$0.esc"; exec sleep 300\' "$0" </dev/null >/dev/null 2>&1 & '
+
+
+async def short_group(session: str, script: str, marker: str) -> list[int]:
+    """Run the tool, with a detached sleeper beside it, in a group of its own; the sleeper's
+    pid if it is still alive once that group closed (the group must have stopped it)."""
+    async with tether.ChildGroup(session, 1, grace=0.2) as short:
+        await short.run(["sh", "-c", DETACHED + script, marker], timeout=RUN_TIMEOUT)
+        with trio.move_on_after(2.0):
+            while not os.path.exists(marker + ".esc"):
+                await trio.sleep(0.01)
+        try:
+            written = await trio.Path(marker + ".esc").read_text()
+            ident = _procfs.identity(int(written))
+        except (OSError, ValueError):
+            ident = None
+    if ident is not None and _procfs.state(ident) not in (None, "Z"):
+        return [ident[0]]
+    return []
 
 
 if __name__ == "__main__":
