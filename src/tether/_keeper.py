@@ -2,9 +2,11 @@
 child subreaper, reaps every process that ends up its child, reports each exit status to the
 owner, and stops every process below it when the owner dies, however the owner dies (ADR 0023).
 
-It runs as ``python -I -S -c ...`` and imports only the standard library (and
-``tether._procfs``, which does too), so it starts in tens of milliseconds. It talks to its
-owner over one Unix stream socket, in frames of a 4-byte big-endian length and a JSON object:
+It runs as ``python -I -S -c ...`` and imports only built-in and C modules of the standard
+library (and ``tether._procfs``, which does too), so it starts in tens of milliseconds and
+stays near the interpreter's own memory (``json``, ``socket`` and ``typing`` would add 2 MB).
+It talks to its owner, which runs the same interpreter, over one Unix stream socket, in frames
+of a 4-byte big-endian length and a ``marshal``-ed dict:
 
     keeper -> owner   {"op": "ready", "pid": N}
     owner  -> keeper  {"op": "spawn", "path": ..., "args": [...], "env": {...}, "fds": [...],
@@ -34,42 +36,43 @@ to replace a killed one also stops the orphans its predecessor left (ADR 0031).
 
 from __future__ import annotations
 
-import array
-import contextlib
-import json
+import marshal
 import os
 import select
-import socket
-import struct
 import sys
-from typing import Any
 
 from . import _procfs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import signal
+    import socket
+    from typing import Any
 else:
     import _signal as signal  # without its enums: see tether._procfs
+    import _socket as socket  # the C module under ``socket``, which imports ``enum``
 
-_HEADER = struct.Struct(">I")
+_HEADER = 4
+_FD = 4
+"""Bytes of one descriptor in an ``SCM_RIGHTS`` message (a C ``int``)."""
 
 
 def frame(message: dict[str, Any]) -> bytes:
-    """``message`` as one frame of the keeper's protocol: a 4-byte length, then JSON."""
-    body = json.dumps(message, separators=(",", ":")).encode()
-    return _HEADER.pack(len(body)) + body
+    """``message`` as one frame of the keeper's protocol: a 4-byte length, then ``marshal``
+    (both ends run the same interpreter, so its format is theirs)."""
+    body = marshal.dumps(message)
+    return len(body).to_bytes(_HEADER, "big") + body
 
 
 def unframe(buffer: bytes) -> tuple[list[dict[str, Any]], bytes]:
     """The whole frames at the start of ``buffer``, and what is left of it."""
     frames = []
-    while len(buffer) >= _HEADER.size:
-        (length,) = _HEADER.unpack_from(buffer)
-        if len(buffer) < _HEADER.size + length:
+    while len(buffer) >= _HEADER:
+        length = int.from_bytes(buffer[:_HEADER], "big")
+        if len(buffer) < _HEADER + length:
             break
-        frames.append(json.loads(buffer[_HEADER.size : _HEADER.size + length]))
-        buffer = buffer[_HEADER.size + length :]
+        frames.append(marshal.loads(buffer[_HEADER : _HEADER + length]))
+        buffer = buffer[_HEADER + length :]
     return frames, buffer
 
 
@@ -138,9 +141,11 @@ class Keeper:
             return None
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds = array.array("i")
-                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
-                self.fds.extend(fds)
+                whole = len(payload) - len(payload) % _FD
+                self.fds.extend(
+                    int.from_bytes(payload[at : at + _FD], sys.byteorder, signed=True)
+                    for at in range(0, whole, _FD)
+                )
         if not data:
             return None
         frames, self.buffer = unframe(self.buffer + data)
@@ -202,12 +207,14 @@ class Keeper:
 
         found = collect()
         if found:
-            with contextlib.suppress(OSError, ValueError):  # a pipe nobody reads any more
+            try:  # noqa: SIM105 - ``contextlib`` would cost the keeper its import
                 print(
                     f"tether keeper {self.me}: {why}; stopping {len(found)} processes",
                     file=sys.stderr,
                     flush=True,
                 )
+            except (OSError, ValueError):
+                pass  # a pipe nobody reads any more
         steps = ((signal.SIGINT, self.grace), (signal.SIGTERM, self.grace), (signal.SIGKILL, 1.0))
         _procfs.escalate(collect, steps, self.reap)
         self.reap()
@@ -320,8 +327,8 @@ def main(argv: list[str]) -> None:
     os.closerange(sock_fd + 1, 1 << 20)
     for sig in _IGNORED:
         signal.signal(sig, signal.SIG_IGN)
+    os.set_inheritable(sock_fd, False)
     sock = socket.socket(fileno=sock_fd)
-    sock.set_inheritable(False)
     _procfs.prctl(_procfs.PR_SET_CHILD_SUBREAPER, 1)
     os.chdir("/")
     Keeper(sock, owner, grace, mark).run()
