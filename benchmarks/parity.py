@@ -70,21 +70,21 @@ def watcher_rss() -> tuple[float, float]:
 
 
 def startup(rounds: int) -> None:
-    tether_run = [sys.executable, "-m", "tether", "run", "--", "true"]
-    script = shutil.which("tether")
-    if script is not None:
-        tether_run = [script, "run", "--", "true"]
+    script = os.path.join(os.path.dirname(sys.executable), "tether")  # the console script
+    tether_run = [script, "run", "--", "true"]
+    if not os.access(script, os.X_OK):
+        tether_run = [sys.executable, "-m", "tether", "run", "--", "true"]
     others = [[sys.executable, "-c", "pass"]]
     tini = shutil.which("tini")
     if tini is not None:
-        others.append([tini, "--", "true"])
+        others.append([tini, "-s", "--", "true"])  # a subreaper, as tether run is
     ours, python, *rest = median_ms(tether_run, rounds, others)
     print(f"\n`tether run -- true`, median of {rounds} interleaved runs\n")
     print("| competitor | competitor | tether run | tether / competitor |")
     print("| --- | ---: | ---: | ---: |")
     print(f"| `python -c pass` | {python:.2f} ms | {ours:.2f} ms | {ours / python:.2f}x |")
     if rest:
-        print(f"| `tini -- true` | {rest[0]:.2f} ms | {ours:.2f} ms | {ours / rest[0]:.2f}x |")
+        print(f"| `tini -s -- true` | {rest[0]:.2f} ms | {ours:.2f} ms | {ours / rest[0]:.2f}x |")
     else:
         print("| `tini -- true` | not installed | | |")
     rss, pss = watcher_rss()
