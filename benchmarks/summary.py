@@ -20,6 +20,7 @@ SCRIPTS = [
     "channels",
     "process",
     "tools",
+    "parity",
     "journal",
     "harness",
     "agentd",
