@@ -6,8 +6,8 @@ Run with ``make bench`` (or ``python benchmarks/parity.py [--rounds N] [--groups
   installed; ``apt-get install tini``), median wall time of ``rounds`` interleaved runs
   (target: at most 1.3x the interpreter's); and the RSS of ``tether run``'s watcher;
 - groups: ``groups`` groups open at once, entered one after another, with the keeper the run
-  shares against one keeper per group (what every group started before ADR 0037, forced here
-  by giving each group its own ``grace``): enter time, and the keepers' total RSS and PSS;
+  shares against one keeper per group (what every group started before ADR 0037, started
+  here beside each group): enter time, and the keepers' total RSS and PSS;
 - output: the peak RSS of a process that runs a tool printing 500 MB (on stdout, then on both
   streams) with the default ``max_output``, through ``ChildGroup.run``,
   ``trio.run_process(capture_stdout=True)`` and ``subprocess.run(capture_output=True)``, each
@@ -32,6 +32,7 @@ import psutil
 import trio
 
 import tether
+from tether.process._keeper import Keeper
 
 MIB = 1024 * 1024
 
@@ -103,11 +104,16 @@ def keepers_memory() -> tuple[int, float, float]:
 
 
 async def open_groups(count: int, shared: bool) -> tuple[float, int, float, float]:
+    """``count`` groups entered one after another; before ADR 0037 each entry started a
+    keeper of its own, which ``Keeper.start`` beside each group stands in for."""
     async with contextlib.AsyncExitStack() as stack:
         started = time.perf_counter()
-        for n in range(count):
-            grace = 0.2 if shared else 0.2 + n * 1e-6  # a grace of its own: a keeper of its own
-            await stack.enter_async_context(tether.ChildGroup(uuid.uuid4().hex, 1, grace=grace))
+        for _ in range(count):
+            group = tether.ChildGroup(uuid.uuid4().hex, 1, grace=0.2, keeper=shared)
+            await stack.enter_async_context(group)
+            if not shared:
+                keeper = await Keeper.start(0.2)
+                stack.push_async_callback(keeper.close)
         took = time.perf_counter() - started
         return (took, *keepers_memory())
 

@@ -15,7 +15,8 @@ of a 4-byte big-endian length and a ``marshal``-ed dict:
     keeper -> owner   {"op": "spawned", "pid": N} or {"op": "failed", "errno": E}
     owner  -> keeper  {"op": "ack", "pid": N}   (the owner holds N's identity: it may be reaped)
     keeper -> owner   {"op": "exit", "pid": N, "code": C}
-    owner  -> keeper  {"op": "join", "group": G}     (G uses the keeper: stop it if the owner dies)
+    owner  -> keeper  {"op": "join", "group": G, "grace": S}
+                      (G uses the keeper: stop it too, S apart, if the owner dies)
     owner  -> keeper  {"op": "release", "group": G}  (kill what is left of G)
     keeper -> owner   {"op": "released", "group": G, "killed": K}
     owner  -> keeper  {"op": "close"}           (stop what is left, reap, exit)
@@ -309,6 +310,7 @@ class Keeper:
                         group = str(frame.get("group") or "")
                         self.groups.setdefault(group, set())
                         self.marks.add(group)
+                        self.grace = max(self.grace, float(frame.get("grace") or 0.0))
                     elif op == "release":
                         group = str(frame.get("group") or "")
                         killed = self.release(group)

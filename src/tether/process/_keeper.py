@@ -178,11 +178,13 @@ class Keeper:
             raise SpawnError(program, int(reply["errno"]))
         return ProcessRef.of(int(reply["pid"]))  # the keeper holds its zombie until our ack
 
-    async def join(self, group: str) -> None:
+    async def join(self, group: str, grace: float) -> None:
         """Tell the keeper ``group`` uses it: if this process dies, the group's processes are
-        stopped wherever they went (the orphans of a keeper killed before it, say)."""
+        stopped wherever they went (the orphans of a keeper killed before it, say), with the
+        longest ``grace`` of its groups."""
+        self.grace = max(self.grace, grace)
         with trio.move_on_after(self.timeout), contextlib.suppress(OSError):
-            await self._send({"op": "join", "group": group}, [])
+            await self._send({"op": "join", "group": group, "grace": grace}, [])
 
     async def release(self, group: str) -> int | None:
         """Have the keeper kill what is left of ``group`` (stopped gently by its owner before)

@@ -26,41 +26,38 @@ class User(Protocol):
     be started."""
 
     mark: str
+    grace: float
 
     def keeper_lost(self, keeper: Keeper) -> None: ...
 
     def without(self) -> None: ...
 
 
-_HOSTS: trio.lowlevel.RunVar[dict[float, KeeperHost]] = trio.lowlevel.RunVar("tether_keepers")
+_HOST: trio.lowlevel.RunVar[KeeperHost] = trio.lowlevel.RunVar("tether_keeper")
 
 
 class KeeperHost:
-    """The keeper of this trio run's groups with this ``grace`` (its escalation when the
-    owner dies)."""
+    """The keeper of this trio run's groups."""
 
-    def __init__(self, grace: float) -> None:
-        self.grace = grace
+    def __init__(self) -> None:
         self.current: Keeper | None = None
         self.users: list[User] = []
         """The groups using the keeper now, in the order they came."""
         self._starting = trio.Lock()
 
     @classmethod
-    def of_run(cls, grace: float) -> KeeperHost:
-        """The host of the current trio run for ``grace``."""
+    def of_run(cls) -> KeeperHost:
+        """The host of the current trio run."""
         try:
-            hosts = _HOSTS.get()
+            return _HOST.get()
         except LookupError:
-            hosts = {}
-            _HOSTS.set(hosts)
-        host = hosts.get(grace)
-        if host is None:
-            host = hosts[grace] = cls(grace)
-        return host
+            host = cls()
+            _HOST.set(host)
+            return host
 
-    async def keeper(self) -> Keeper:
-        """The running keeper, started if there is none.
+    async def keeper(self, grace: float) -> Keeper:
+        """The running keeper, started (with ``grace`` between its signals when the owner
+        dies, until a group with a longer one joins) if there is none.
 
         Raises:
             KeeperUnavailable: none could be started.
@@ -69,14 +66,14 @@ class KeeperHost:
             current = self.current
             if current is not None and current.alive:
                 return current
-            keeper = await Keeper.start(self.grace)
+            keeper = await Keeper.start(grace)
             keeper.on_lost = functools.partial(self._lost, keeper)
             self.current = keeper
             trio.lowlevel.spawn_system_task(
                 self._serve, keeper, name=f"tether keeper {keeper.pid}"
             )
             for user in self.users:  # a successor: it stops their processes too
-                await keeper.join(user.mark)
+                await keeper.join(user.mark, user.grace)
             return keeper
 
     async def _serve(self, keeper: Keeper) -> None:
@@ -107,7 +104,7 @@ class KeeperHost:
         if self.current is not lost or not self.users:
             return
         try:
-            await self.keeper()
+            await self.keeper(max(user.grace for user in self.users))
         except KeeperUnavailable as exc:
             logger.warning("no keeper could replace pid %d: %s", lost.pid, exc)
             for user in list(self.users):

@@ -64,10 +64,10 @@ class Keepers:
     async def start(self, nursery: trio.Nursery) -> bool:
         """Use the run's keeper (started if none runs); whether one does."""
         self._nursery = nursery
-        host = KeeperHost.of_run(self.grace)
+        host = KeeperHost.of_run()
         try:
-            keeper = await host.keeper()
-            await keeper.join(self.mark)
+            keeper = await host.keeper(self.grace)
+            await keeper.join(self.mark, self.grace)
         except KeeperUnavailable as exc:
             logger.warning("session %s: %s; the group has no keeper", self.session, exc)
             return False
