@@ -270,6 +270,19 @@ async def test_a_daemon_restart_adopts_live_harnesses_instead_of_duplicating(
         assert harness_processes(session) == []
 
 
+async def test_a_harness_that_cannot_start_says_why_and_where_to_look(directory: Path) -> None:
+    """Issue 30: a harness that dies before its hello (a SyntaxError, a missing module) is
+    refused with the last line of its log and the command that shows the rest."""
+    session = unique_session()
+    broken = python("import no_such_module_for_tether_tests")
+    async with running(directory, argv=broken) as daemon:
+        with pytest.raises(StartFailed) as failed:
+            await daemon.agentd.start_agent(session)
+    message = str(failed.value)
+    assert "ModuleNotFoundError: No module named 'no_such_module_for_tether_tests'" in message
+    assert f"tether logs {session}" in message
+
+
 async def test_a_crash_loop_fails_the_session_at_the_restart_limit(directory: Path) -> None:
     session = unique_session()
     crash = python("import sys; sys.exit(3)")

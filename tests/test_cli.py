@@ -95,8 +95,9 @@ async def test_transcript_show_and_repair(tmp_path: Path) -> None:
         "nothing to repair\n1 tool calls have no result; a resume seals them\n"
     )
     missing = _tether("transcript", "show", str(tmp_path / "nope.jsonl"))
-    assert missing.returncode == 1
-    assert "No such file" in missing.stdout
+    assert missing.returncode == 66  # EX_NOINPUT, on stderr (issue 30)
+    assert "No such file" in missing.stderr
+    assert missing.stdout == ""
 
 
 AT_A_TERMINAL = (

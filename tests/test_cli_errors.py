@@ -154,3 +154,23 @@ async def test_send_reads_its_prompt_from_stdin_and_create_makes_a_session(
         await wait_until(lambda: transcript.exists() and "a secret" in transcript.read_text())
         code, _ = tether("stop", "s1", "--socket", sock)
         assert code == 0
+
+
+@pytest.mark.parametrize(
+    ("harness", "code", "said"),
+    [
+        (["python", "no-such-harness.py"], 66, "no-such-harness.py does not exist"),
+        (["/no/such/harness"], 66, "No such file or directory"),
+        (["/etc/passwd"], 77, "Permission denied"),
+    ],
+    ids=["missing-script", "missing-program", "not-executable"],
+)
+def test_a_harness_that_cannot_run_is_refused_before_the_daemon_starts(
+    tmp_path: Path, harness: list[str], code: int, said: str
+) -> None:
+    """Issue 30: found at daemon start, not at the first ``start`` as a harness that died."""
+    returncode, stderr = tether("agentd", "--socket", str(tmp_path / "d" / "agentd.sock"), "--",
+                                *harness)  # fmt: skip
+    assert returncode == code
+    assert said in one_line(stderr)
+    assert not (tmp_path / "d").exists()  # nothing was started

@@ -87,6 +87,22 @@ async def test_events_and_logs_show_what_happened_and_follow(tmp_path: Path) -> 
             tail.communicate(timeout=10)
 
 
+async def test_an_unknown_session_is_one_rule_for_every_command(tmp_path: Path) -> None:
+    """Issue 30: ``events --session``, ``logs``, ``send``, ``stop`` and ``reset`` of a session
+    the daemon does not know all exit 69 naming it (``events`` exited 0 and showed nothing)."""
+    async with operated(tmp_path):
+        for args in (["events", "--session"], ["logs"], ["send"], ["stop"], ["reset"]):
+            extra = ["hello"] if args == ["send"] else []
+            done = subprocess.run(
+                [*TETHER, *args[:1], "--socket", str(tmp_path / "agentd.sock"), *args[1:],
+                 "nosuch", *extra],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert done.returncode == 69, (args, done.stderr)
+            assert "nosuch" in done.stderr
+            assert "no such session" in done.stderr
+
+
 async def test_ps_columns_hold_for_awk_and_filter_by_state(tmp_path: Path) -> None:
     async with operated(tmp_path):
         run(tmp_path, "start", "s1")

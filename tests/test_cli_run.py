@@ -100,6 +100,8 @@ async def test_a_command_that_cannot_be_executed_is_126(tmp_path: Path) -> None:
         ["-p", "77", "true"],
         ["--grace", "-1", "true"],
         ["--stop-timeout", "-1", "true"],
+        ["-e", "abc", "true"],
+        ["-e", "256", "true"],
     ],
     ids=repr,
 )

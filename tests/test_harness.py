@@ -254,8 +254,10 @@ def test_run_harness_names_a_missing_setting(missing: str, tmp_path: Path) -> No
         timeout=30,
         check=False,
     )
-    assert done.returncode == 1
+    assert done.returncode == 64
     assert f"{missing} is not set" in done.stderr
+    assert "tether agentd -- python harness.py" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1  # one line, no traceback
 
 
 async def test_a_second_signal_while_exiting_does_not_change_the_exit(tmp_path: Path) -> None:

@@ -33,7 +33,8 @@ from ._state import SessionState
 
 
 class NoSuchSession(AgentdError):
-    """``send``, ``stop``, ``reset`` or ``logs`` named a session the daemon does not know."""
+    """``send``, ``stop``, ``reset``, ``logs`` or ``events --session`` named a session the
+    daemon does not know."""
 
 
 # sysexits codes for the command line, by what went wrong (``Error.code``).
@@ -141,20 +142,22 @@ class ControlHandler:
         """Answer ``events`` and ``logs`` (a stream of replies); whether it was one.
 
         Raises:
-            NoSuchSession: ``logs`` of an unknown session.
+            NoSuchSession: ``logs``, or ``events`` for one session, of an unknown session
+                (the rule of ``send``, ``stop`` and ``reset``).
         """
         op = _op(request)
         if not op.streams:
             return False
         ops = self.operations
+        named = bool(request.session) or op is not ControlOp.EVENTS
+        if named and (not valid_name(request.session) or not ops.knows(request.session)):
+            raise NoSuchSession(request.session, "no such session")
         if op is ControlOp.EVENTS:
             await stream_events(
                 connection, ops.events.path, ops.subscribe, session=request.session,
                 lines=request.lines, follow=request.follow,
             )  # fmt: skip
             return True
-        if not valid_name(request.session) or not ops.knows(request.session):
-            raise NoSuchSession(request.session, "no such session")
         path = os.path.join(ops.state_dir, request.session, "harness.log")
         await stream_log(connection, path, lines=request.lines, follow=request.follow)
         return True

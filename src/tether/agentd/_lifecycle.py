@@ -110,7 +110,13 @@ class Harnesses:
             await self.records.save(session, harness, SessionState.ATTACHED)
             return Attached(session.name, harness.ref.pid, epoch, how)
         if not harness.alive:
-            reason = f"the harness exited with code {harness.code} before saying hello"
+            log = os.path.join(directory, "harness.log")
+            last = await trio.to_thread.run_sync(_last_line, log)
+            reason = (
+                f"the harness exited with code {harness.code} before saying hello"
+                + (f"; its log ends: {last}" if last else "")
+                + f" (tether logs {session.name} shows it all)"
+            )
         else:
             reason = f"the harness did not say hello within {self.settings.start_timeout:.1f}s"
         self.sessions.emit(session, EventKind.SPAWN_FAILED, harness, reason, reason=reason)
@@ -288,3 +294,16 @@ def _open_log(path: str) -> int:
     fd = os.open(path, _LOG_FLAGS | os.O_CREAT | os.O_EXCL, 0o600)
     os.set_blocking(fd, True)
     return fd
+
+
+def _last_line(path: str, tail: int = 4096) -> str:
+    """The last line of the log that is not blank (its cause, in a traceback), cut to 200
+    characters; ``""`` if it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - tail))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    text = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return text if len(text) <= 200 else text[:199] + "…"

@@ -5,6 +5,7 @@ directory others can reach 77, a setting it refuses 78."""
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import resource
@@ -18,8 +19,11 @@ import trio
 from .. import signals
 from ..agentd import Agentd, Backoff
 from ..epochs import EpochStore, SqliteEpochStore
+from ..process import SpawnError
+from ..process._spawn import resolve
 from ._errors import (
     EX_NOINPUT,
+    EX_NOPERM,
     EX_UNAVAILABLE,
     EX_USAGE,
     CliError,
@@ -80,8 +84,30 @@ def _password(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """``tether agentd``; the exit status (errors are raised for ``_errors.report``)."""
     args.socket = os.path.abspath(args.socket)
+    check_harness(args.harness)
     configure(args.log_level, args.log_format, args.log_file)
     return trio.run(_daemon, args)
+
+
+def check_harness(argv: list[str] | None) -> None:
+    """Refuse, before the daemon starts, a harness program that cannot run: one not found or
+    not executable, or a ``python SCRIPT`` whose script does not exist (found otherwise only
+    at the first ``start``, as a harness that died before its hello).
+
+    Raises:
+        CliError: 66 for what does not exist, 77 for what may not be executed.
+    """
+    if not argv:
+        return
+    try:
+        resolve(argv[0], os.environ, None)
+    except SpawnError as exc:
+        code = EX_NOPERM if exc.errno == errno.EACCES else EX_NOINPUT
+        raise CliError(code, f"the harness: {exc.strerror}") from None
+    script = argv[1] if len(argv) > 1 else ""
+    python = os.path.basename(argv[0]).startswith("python")
+    if python and script.endswith(".py") and not os.path.isfile(script):
+        raise CliError(EX_NOINPUT, f"the harness: {script} does not exist")
 
 
 async def _daemon(args: argparse.Namespace) -> int:

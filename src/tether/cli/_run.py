@@ -184,7 +184,7 @@ class Options:
                 source, target = _rewrite(value)
                 self.rewrite[source] = target
             elif name == "remap_exit":
-                self.remap_exit.add(int(value))
+                self.remap_exit.add(_exit_code(value))
             elif name == "pdeathsig":
                 self.deathsig = _signal(value)
             else:
@@ -341,6 +341,12 @@ def _rewrite(item: str) -> tuple[int, int]:
     if not sep:
         raise ValueError(f"--rewrite {item!r}: use S:D, two signal numbers")
     return _signal(source), (0 if target.strip() == "0" else _signal(target))
+
+
+def _exit_code(text: str) -> int:
+    if not text.isdigit() or int(text) > 255:
+        raise ValueError(f"-e {text!r}: an exit code is a number from 0 to 255")
+    return int(text)
 
 
 def _signal(text: str) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from typing import Any, TextIO
 
@@ -49,22 +50,26 @@ def _record(entry: Entry) -> dict[str, Any]:
     return record
 
 
-def _read(path: str, out: TextIO) -> bytes | None:
-    """The file's bytes, or ``None`` with the reason printed."""
+EX_NOINPUT = 66
+"""sysexits: the transcript does not exist or cannot be read."""
+
+
+def _read(path: str) -> bytes | None:
+    """The file's bytes, or ``None`` with the reason on stderr."""
     try:
         with open(path, "rb") as f:
             return f.read()
     except OSError as exc:
-        print(f"tether transcript: {path}: {os.strerror(exc.errno or 0)}", file=out)
+        print(f"tether transcript: {path}: {os.strerror(exc.errno or 0)}", file=sys.stderr)
         return None
 
 
 def show(path: str, out: TextIO, *, as_json: bool = False) -> int:
     """Print the transcript readably, dangling calls marked (or, ``as_json``, its entries as
-    one JSON array); changes nothing. Exit status: 0, 1 unreadable, 2 damaged."""
-    data = _read(path, out)
+    one JSON array); changes nothing. Exit status: 0, 2 damaged, 66 unreadable."""
+    data = _read(path)
     if data is None:
-        return 1
+        return EX_NOINPUT
     found = scan(data)
     entries = found.entries
     if as_json:
@@ -119,10 +124,10 @@ async def repair(path: str, out: TextIO) -> int:
 
 def tail(path: str, out: TextIO, *, lines: int, follow: bool, as_json: bool) -> int:
     """Print the last ``lines`` entries, then (``follow``) each whole line appended after,
-    until interrupted. Exit status: 0, or 1 if the file cannot be read."""
-    data = _read(path, out)
+    until interrupted. Exit status: 0, or 66 if the file cannot be read."""
+    data = _read(path)
     if data is None:
-        return 1
+        return EX_NOINPUT
     for entry in scan(data).entries[-lines:] if lines > 0 else []:
         _print(entry, out, as_json)
     if not follow:

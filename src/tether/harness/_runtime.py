@@ -59,14 +59,18 @@ def run_harness(
     stall thresholds, to ``ledger.sqlite3`` beside the transcript. Call it from the main
     thread before starting any other thread, so signals are read with their senders.
 
-    Raises:
-        ValueError: a setting is neither given nor in the environment.
+    A setting neither given nor in the environment (the program was run by hand, not by
+    agentd) is one line on stderr, naming how to run it, and exit code 64 (``EX_USAGE``).
     """
-    session = session or _env("TETHER_SESSION")
-    epoch = epoch if epoch is not None else int(_env("TETHER_EPOCH"))
-    agentd = agentd or _env("TETHER_AGENTD")
-    if transcript is None:
-        transcript = os.path.join(_env("TETHER_STATE_DIR"), f"{session}.jsonl")
+    try:
+        session = session or _env("TETHER_SESSION")
+        epoch = epoch if epoch is not None else int(_env("TETHER_EPOCH"))
+        agentd = agentd or _env("TETHER_AGENTD")
+        if transcript is None:
+            transcript = os.path.join(_env("TETHER_STATE_DIR"), f"{session}.jsonl")
+    except ValueError as exc:
+        print(f"{exc}: {RUN_UNDER_AGENTD}", file=sys.stderr)
+        return EX_USAGE
     if grace is None:
         grace = float(os.environ.get("TETHER_GRACE", "2.0"))
     if reconnect_for is None:
@@ -81,6 +85,13 @@ def run_harness(
         session, epoch, agentd, os.fspath(transcript), grace, reconnect_for, os.fspath(ledger)
     )
     return trio.run(_harness, engine, settings)
+
+
+EX_USAGE = 64
+RUN_UNDER_AGENTD = (
+    "a harness is started by tether agentd (tether agentd -- python harness.py, then"
+    " tether start SESSION), or given every setting by its caller"
+)
 
 
 def _env(name: str) -> str:
