@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-matrix test-lowest test-pythons torture docs bench clean etcd
+.PHONY: demo test test-all test-matrix test-lowest test-pythons torture docs bench clean etcd
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,21 @@ test: $(VENV)/.installed-test etcd
 
 # The slower matrix CI adds after `make test`: the tests again on the lowest dependency versions
 # pyproject.toml allows and on every other supported Python this machine has (a missing one is
-# named and skipped).
-test-matrix: test-lowest test-pythons
+# named and skipped). Every phase runs, and each one's result is named at the end.
+test-matrix:
+	@failed=""; \
+	$(MAKE) --no-print-directory test-lowest || failed="$$failed test-lowest"; \
+	$(MAKE) --no-print-directory test-pythons || failed="$$failed test-pythons"; \
+	if [ -n "$$failed" ]; then echo "test-matrix: failed:$$failed"; exit 1; fi; \
+	echo "test-matrix: every phase passed"
+
+# What CI runs: `make test`, then the matrix, every phase reported even when one fails.
+test-all:
+	@failed=""; \
+	$(MAKE) --no-print-directory test || failed="$$failed test"; \
+	$(MAKE) --no-print-directory test-matrix || failed="$$failed test-matrix"; \
+	if [ -n "$$failed" ]; then echo "test-all: failed:$$failed"; exit 1; fi; \
+	echo "test-all: every phase passed"
 
 # The whole fault campaign (ADR 0033): seeded, each failing seed printed with its replay command;
 # then the SIGKILL bursts of exactly-once delivery at their full 20 rounds (5 in `make test`).
@@ -57,17 +70,19 @@ test-lowest: etcd
 	.venv-lowest/bin/python -m pytest -q -p no:cacheprovider
 
 test-pythons: etcd
-	@for v in $(OTHER_PYTHONS); do \
+	@failed=""; for v in $(OTHER_PYTHONS); do \
 	  py=""; \
 	  for c in python$$v $$HOME/.pyenv/versions/$$v*/bin/python$$v; do \
 	    if $$c -c '' 2>/dev/null; then py=$$c; break; fi; \
 	  done; \
 	  if [ -z "$$py" ]; then echo "python$$v is not on this machine: the suite is not run on it"; continue; fi; \
 	  echo "the suite on $$($$py -V)"; \
-	  [ -x .venv-$$v/bin/python ] || $$py -m venv .venv-$$v || exit 1; \
-	  .venv-$$v/bin/python -m pip install --quiet -e '.[test,etcd,metrics]' || exit 1; \
-	  .venv-$$v/bin/python -m pytest -q -p no:cacheprovider || exit 1; \
-	done
+	  if ( [ -x .venv-$$v/bin/python ] || $$py -m venv .venv-$$v ) && \
+	     .venv-$$v/bin/python -m pip install --quiet -e '.[test,etcd,metrics]' && \
+	     .venv-$$v/bin/python -m pytest -q -p no:cacheprovider; \
+	  then :; else failed="$$failed $$v"; fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-pythons: failed on Python$$failed"; exit 1; fi
 
 docs: $(VENV)/.installed-test
 	$(BIN)/mkdocs build --strict

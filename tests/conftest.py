@@ -1,10 +1,12 @@
-"""Suite-wide guards: no test may leave a process behind, and every JSONL file a test leaves
-in its ``tmp_path`` (transcripts, event logs) reads as plain JSON lines to any reader."""
+"""Suite-wide guards: the signal state every test starts from, no test may leave a process
+behind, and every JSONL file a test leaves in its ``tmp_path`` (transcripts, event logs) reads
+as plain JSON lines to any reader."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,32 @@ import pytest
 
 from etcd_cluster import Cluster, require
 from tether.process._proc import become_subreaper
+
+RESET = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1,
+         signal.SIGUSR2, signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+RESET_NOTE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Issue 30: the suite starts from the signal state of a terminal, whatever it inherited
+    (``nohup`` and CI runners ignore SIGHUP, a shell's background job SIGINT, some runners
+    block signals): the tests assert what tether does with a process's signals, and what a
+    command inherits is passed on by design (``tether run``, ``ChildGroup``'s mask)."""
+    for sig in RESET:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            handler = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            signal.signal(sig, handler)
+            RESET_NOTE.append(f"{signal.Signals(sig).name} was ignored")
+    blocked = signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    if blocked:
+        names = ", ".join(sorted(signal.Signals(s).name for s in blocked if s in signal.Signals))
+        RESET_NOTE.append(f"blocked: {names}")
+
+
+def pytest_report_header() -> str:
+    if not RESET_NOTE:
+        return "tether: signals as inherited from a terminal"
+    return f"tether: signals reset to a terminal's ({'; '.join(RESET_NOTE)})"
 
 
 def _descendants() -> list[psutil.Process]:
