@@ -21,7 +21,7 @@ examples:
   tether demo
   tether run -- python worker.py
   tether agentd -- python engine.py &
-  tether send s1 "fix the tests"; tether ps; tether events --follow
+  tether start s1; tether send s1 "fix the tests"; tether ps; tether events --follow
 """
 
 
