@@ -713,8 +713,9 @@ async def test_as_pid_1_it_forwards_signals_and_reaps_every_orphan(tmp_path: Pat
         ["unshare", "--pid", "--fork", "--mount-proc", *RUN, "--", *python(PID1_CMD, str(tmp_path))]
     )
     try:
-        await wait_until(lambda: (tmp_path / "pid").exists())
-        assert (tmp_path / "pid").read_text() == "2"  # CMD, under tether run as PID 1
+        pid = tmp_path / "pid"
+        await wait_until(lambda: pid.exists() and pid.read_text() != "")  # written, not begun
+        assert pid.read_text() == "2"  # CMD, under tether run as PID 1
         (run,) = psutil.Process(init.pid).children()
         os.kill(run.pid, signal.SIGUSR1)
         await wait_until(lambda: (tmp_path / "usr1").exists())
