@@ -65,16 +65,18 @@ class Keepers:
         """Use the run's keeper (started if none runs); whether one does."""
         self._nursery = nursery
         host = KeeperHost.of_run()
+        host.users.append(self)  # first: a keeper lost from now on is replaced for it too
         try:
             keeper = await host.keeper(self.grace)
             await keeper.join(self.mark, self.grace)
         except KeeperUnavailable as exc:
             logger.warning("session %s: %s; the group has no keeper", self.session, exc)
+            host.users.remove(self)
             return False
         if not self._is_open():  # the group closed while it started
+            host.users.remove(self)
             return False
         self._host = host
-        host.users.append(self)
         return True
 
     def sessions(self) -> set[int]:
@@ -143,8 +145,8 @@ class Keepers:
 
     def without(self) -> None:
         """No keeper could replace the lost one: the group adopts its orphans itself."""
-        if self._is_open() and self._nursery is not None:
-            self._nursery.start_soon(self._without)
+        if self._is_open() and self._nursery is not None and self._host is not None:
+            self._nursery.start_soon(self._without)  # (before, ``start`` says it has none)
 
     def _unreported(self, keeper: Keeper) -> list[Child]:
         mine = {id(child) for child in self._mine}
