@@ -48,6 +48,7 @@ def test_the_wheel_and_sdist_hold_what_they_should(built: tuple[Path, Path]) -> 
         members = archive.getnames()
     assert not [m for m in members if ".coverage" in m or "__pycache__" in m]
     assert any(m.endswith("/LICENSE") for m in members)
+    assert any(m.endswith("/mkdocs.yml") for m in members)  # `make docs` from the sdist
 
 
 def test_a_fresh_venv_runs_the_command_the_demo_and_the_plugin(
