@@ -111,7 +111,8 @@ class Keeper:
         """Each open group's mark to the pids of the children spawned for it (and so the
         sessions they lead)."""
         self.marks: set[str] = {mark} if mark else set()
-        """Every group mark served: stopped wherever it is when the owner dies."""
+        """The marks of the groups served and not released: stopped wherever they are when
+        the owner dies."""
 
     def send(self, message: dict[str, Any]) -> None:
         self.outgoing += frame(message)
@@ -201,9 +202,8 @@ class Keeper:
         def collect() -> set[_procfs.Identity]:
             procs = _procfs.table()
             pids = _procfs.descendants([self.me], procs)
-            for mark in self.marks:
-                marked = self.marked(mark)
-                pids |= marked | _procfs.descendants(marked, procs)
+            marked = _procfs.marked_any(self.marks) - {self.me, self.owner}
+            pids |= marked | _procfs.descendants(marked, procs)
             return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
 
         found = collect()
@@ -221,19 +221,16 @@ class Keeper:
         self.reap()
         return len(found)
 
-    def marked(self, mark: str) -> set[int]:
-        variable, _, value = mark.partition("=")
-        return _procfs.marked(variable, value) - {self.me, self.owner}
-
     def release(self, group: str) -> int:
         """Kill what is left of ``group`` (its owner stopped it gently first), reap it, and
         forget the group; how many processes there were."""
         sessions = self.groups.pop(group, set())
+        self.marks.discard(group)  # its processes are gone: no more scans for them
         others = set().union(*self.groups.values())  # a pid reused by another group is its
 
         def collect() -> set[_procfs.Identity]:
             procs = _procfs.table()
-            roots = self.marked(group) if group else set()
+            roots = _procfs.marked_any([group] if group else []) - {self.me, self.owner}
             for pid in _procfs.children(self.me):
                 fields = _procfs.stat_fields(pid)
                 session = int(fields[3]) if fields else 0

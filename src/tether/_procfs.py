@@ -108,14 +108,21 @@ def children(pid: int) -> set[int]:
 
 def marked(variable: str, value: str) -> set[int]:
     """Pids whose environment has ``variable=value`` (zombies have none left)."""
-    needle = f"{variable}={value}".encode()
+    return marked_any([f"{variable}={value}"])
+
+
+def marked_any(marks: Collection[str]) -> set[int]:
+    """Pids whose environment has any of ``marks`` (``VARIABLE=value``), in one pass."""
+    needles = {mark.encode() for mark in marks}
     found: set[int] = set()
+    if not needles:
+        return found
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
+                if needles.intersection(f.read().split(b"\0")):
                     found.add(int(name))
         except OSError:
             continue
