@@ -26,6 +26,11 @@ def test_the_api_reference_builds_without_a_warning(tmp_path: Path) -> None:
     page = (tmp_path / "reference" / "process" / "index.html").read_text()
     assert "ChildGroup" in page
     assert "Run a tool to its end" in page
+    # Issue 30: attributes are listed, with their type and a sentence.
+    assert "RunResult.stdout" in page
+    assert "What it wrote to stdout" in page
+    harness = (tmp_path / "reference" / "harness" / "index.html").read_text()
+    assert "HarnessContext.transcript" in harness
 
 
 @pytest.mark.parametrize(

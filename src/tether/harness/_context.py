@@ -31,8 +31,11 @@ class HarnessContext:
     """The session, its epoch, its transcript and its child group, for one engine run."""
 
     session: str
+    """The session's name (``TETHER_SESSION``)."""
     epoch: int
+    """This harness's epoch: a newer one supersedes it."""
     transcript: Transcript
+    """The session's transcript, resumed: dangling calls sealed, appends durable."""
     children: ChildGroup
     """Child agents go here: they get SIGINT, then worse, when the harness exits."""
     requeue: WeakSender[Command]

@@ -19,12 +19,16 @@ class PipeHolder:
     """A process that held a write end of a tool's output pipe after the tool exited."""
 
     pid: int
+    """The holder's process id (it was stopped)."""
     cmdline: str
+    """Its command line, space-separated."""
     stream: str
     """``stdout`` or ``stderr``."""
     ref: ProcessRef | None = attrs.field(default=None, eq=False, repr=False)
+    """Its identity, while it could be read (``None`` if it was gone by then)."""
 
     def describe(self) -> str:
+        """``pid=N cmd=... holds its stdout``: the line logged and recorded."""
         return f"pid={self.pid} cmd={self.cmdline} holds its {self.stream}"
 
 

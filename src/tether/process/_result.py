@@ -45,12 +45,16 @@ class RunResult:
     """How one ``ChildGroup.run`` ended, and what the tool wrote."""
 
     argv: tuple[str, ...]
+    """The program and its arguments, as given."""
     returncode: int | None
     """The exit status (``-signo`` if a signal ended it); ``None`` if it was lost
     (``status_lost``) or even SIGKILL failed."""
     stdout: bytes
+    """What it wrote to stdout, up to ``max_output`` (empty without ``capture_output``)."""
     stderr: bytes
+    """What it wrote to stderr, up to ``max_output`` (empty without ``capture_output``)."""
     timed_out: bool
+    """Its ``timeout`` passed and its tree was stopped."""
     stalled: bool
     """A stall was announced (and, with ``on_stall="stop"``, the tool stopped for it)."""
     holders: tuple[PipeHolder, ...]
@@ -60,6 +64,7 @@ class RunResult:
     stall_after: float
     """The stall threshold this run had."""
     timeout: float | None = None
+    """The timeout the run had, in seconds (``None``: none)."""
     dropped: int = 0
     """Bytes read past ``max_output`` and not kept (both streams together)."""
     status_lost: bool = False
