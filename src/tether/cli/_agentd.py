@@ -111,7 +111,7 @@ def check_harness(argv: list[str] | None) -> None:
 
 
 async def _daemon(args: argparse.Namespace) -> int:
-    _raise_fd_limit()
+    limit = _raise_fd_limit()
     socket_path = args.socket
     directory = os.path.dirname(socket_path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -148,6 +148,8 @@ async def _daemon(args: argparse.Namespace) -> int:
                     socket_path,
                     " ".join(harness),
                 )
+                if limit:  # said once it serves: an error before it comes first, alone
+                    logger.info("%s", limit)
                 while True:
                     event = await events.recv()
                     if event.signo != signal.SIGHUP:
@@ -170,10 +172,11 @@ FD_LIMIT = 65536
 """The soft limit on open files the daemon raises itself to (if the hard limit allows)."""
 
 
-def _raise_fd_limit() -> None:
+def _raise_fd_limit() -> str:
     """Raise the soft limit on open files toward the hard one: each harness and each client
     costs the daemon a descriptor, and systemd's default soft limit (1024) is soon reached.
-    Capped at ``FD_LIMIT``, since harnesses inherit it and some programs loop over it."""
+    Capped at ``FD_LIMIT``, since harnesses inherit it and some programs loop over it. The
+    line to log once the daemon serves (``""`` if a warning was logged already)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = FD_LIMIT if hard == resource.RLIM_INFINITY else min(hard, FD_LIMIT)
     if soft < wanted:
@@ -181,5 +184,5 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
         except (ValueError, OSError) as exc:
             logger.warning("open files: soft limit %d, hard %d; not raised: %s", soft, hard, exc)
-            return
-    logger.info("open files: soft limit %d (was %d), hard limit %d", max(soft, wanted), soft, hard)
+            return ""
+    return f"open files: soft limit {max(soft, wanted)} (was {soft}), hard limit {hard}"
