@@ -1,12 +1,20 @@
-"""The guide's 40-line harness runs as it is, under a real daemon."""
+"""The guide's 40-line harness runs as it is, under a real daemon, and its daemon walk-through
+runs as printed."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from helpers import wait_until
+import psutil
+
+from helpers import reap_zombie_children, wait_until
 from tether import Agentd, SqliteEpochStore
 
 GUIDE = Path(__file__).parent.parent / "docs" / "guide.md"
@@ -26,3 +34,71 @@ async def test_the_guide_s_engine_answers_a_prompt(tmp_path: Path) -> None:
             await wait_until(lambda: "agent exited 0" in transcript.read_text())
     assert delivered.attempts == 1
     assert "engine up: session guide epoch 1" in (tmp_path / "guide" / "harness.log").read_text()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``condition`` until it holds or ``timeout`` passes (a sync test's clean-up)."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _serving(socket: Path) -> list[psutil.Process]:
+    """The processes started for the walk-through: every one whose ``$TETHER_AGENTD`` names
+    its socket (the daemon, and the harnesses it gives it to)."""
+    found = []
+    needle = f"TETHER_AGENTD={socket}".encode()
+    for process in psutil.process_iter():
+        try:
+            with open(f"/proc/{process.pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(process)
+        except OSError:
+            continue
+    return found
+
+
+def test_the_guide_s_daemon_walk_through_runs_as_printed(tmp_path: Path) -> None:
+    """Issue 30: the shell block of "Running the daemon", run by bash exactly as printed (the
+    daemon in the background, ``tether start`` at once: the client waits for a daemon that
+    is starting), in a directory holding the guide's ``engine.py``."""
+    text = GUIDE.read_text()
+    (block,) = re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL)
+    (tmp_path / "engine.py").write_text(re.findall(r"```python\n(.*?)```", text, re.DOTALL)[0])
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    socket = run / "agentd.sock"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "TETHER_AGENTD": str(socket),
+    }
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    try:
+        # Files, not pipes: the daemon in the background keeps them open after bash exits.
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            done = subprocess.run(
+                ["bash", "-c", block], cwd=tmp_path, env=env, stdout=stdout, stderr=stderr,
+                timeout=120, check=False,
+            )  # fmt: skip
+        assert done.returncode == 0, err.read_text()
+        started, sent, *table = out.read_text().splitlines()
+        assert json.loads(started)["how"] == "spawned"
+        assert json.loads(sent)["attempts"] == 1
+        assert table[0].split()[:3] == ["SESSION", "STATE", "EPOCH"]
+        assert table[1].split()[:3] == ["s1", "attached", "1"]
+    finally:
+        for process in _serving(socket):
+            try:
+                if "agentd" in process.cmdline():
+                    process.terminate()  # it leaves its harnesses running, as the guide says
+                    process.wait(30)
+            except psutil.Error:
+                continue
+        for process in _serving(socket):
+            try:
+                process.kill()
+            except psutil.Error:
+                continue
+        psutil.wait_procs(_serving(socket), timeout=10)
+        wait_for(reap_zombie_children)

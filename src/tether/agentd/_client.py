@@ -11,7 +11,7 @@ import trio
 
 from ..channels import ChannelClosed
 from ..wire import Connection, Control, Error, ProtocolError, Reply, ServerBusy, connect, encode
-from ..wire._control import BUSY_FOR, NO_ANSWER, busy, unreachable
+from ..wire._control import BUSY_FOR, NO_ANSWER, STARTING_FOR, busy, starting, unreachable
 from ..wire._control import default_socket as default_socket
 from ._outcomes import AgentdError
 
@@ -78,13 +78,23 @@ async def stream(socket_path: str, control: Control) -> AsyncGenerator[dict[str,
 
 async def _connect(socket_path: str, session: str) -> Connection:
     delay = 0.01
-    with trio.move_on_after(BUSY_FOR):
+    deadline = trio.current_time() + STARTING_FOR
+    busy_until: float | None = None
+    with trio.move_on_after(BUSY_FOR + STARTING_FOR):
         while True:
             try:
                 return await connect(socket_path)
             except ServerBusy:
+                busy_until = busy_until or trio.current_time() + BUSY_FOR
+                if trio.current_time() >= busy_until:
+                    break
                 await trio.sleep(delay)
                 delay = min(2 * delay, 0.5)
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                if trio.current_time() < deadline and starting(socket_path):
+                    await trio.sleep(0.05)  # a daemon that does not listen yet
+                    continue
+                raise AgentdError(session, unreachable(socket_path, exc), EX_UNAVAILABLE) from None
             except OSError as exc:
                 raise AgentdError(session, unreachable(socket_path, exc), EX_UNAVAILABLE) from None
     raise AgentdError(session, busy(socket_path, BUSY_FOR), EX_TEMPFAIL)

@@ -11,10 +11,11 @@ same line and sysexits code as the async client's ``AgentdError``.
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 from ..wire._codec import HEADER, ProtocolError, decode, encode, frame_length
-from ..wire._control import BUSY_FOR, NO_ANSWER, busy, unreachable
+from ..wire._control import BUSY_FOR, NO_ANSWER, STARTING_FOR, busy, starting, unreachable
 from ..wire._messages import Control, Error, Reply
 from ._errors import EX_DATAERR, EX_PROTOCOL, EX_TEMPFAIL, EX_UNAVAILABLE, CliError
 
@@ -62,17 +63,26 @@ def request(
 
 
 def _connect(socket_path: str) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    sock.settimeout(BUSY_FOR)  # a full listen queue keeps a blocking connect waiting
-    try:
-        sock.connect(socket_path)
-    except TimeoutError:
-        sock.close()
-        raise CliError(EX_TEMPFAIL, busy(socket_path, BUSY_FOR)) from None
-    except OSError as exc:
-        sock.close()
-        raise CliError(EX_UNAVAILABLE, unreachable(socket_path, exc)) from None
-    return sock
+    """A connection to the daemon; one that is starting (``starting``) is waited for."""
+    deadline = time.monotonic() + STARTING_FOR
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.settimeout(BUSY_FOR)  # a full listen queue keeps a blocking connect waiting
+        try:
+            sock.connect(socket_path)
+        except TimeoutError:
+            sock.close()
+            raise CliError(EX_TEMPFAIL, busy(socket_path, BUSY_FOR)) from None
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            if time.monotonic() < deadline and starting(socket_path):
+                time.sleep(0.05)
+                continue
+            raise CliError(EX_UNAVAILABLE, unreachable(socket_path, exc)) from None
+        except OSError as exc:
+            sock.close()
+            raise CliError(EX_UNAVAILABLE, unreachable(socket_path, exc)) from None
+        return sock
 
 
 def _read_frame(sock: socket.socket) -> bytes:

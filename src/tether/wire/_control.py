@@ -18,6 +18,51 @@ def unreachable(socket_path: str, exc: OSError) -> str:
     return f"no agentd at {socket_path}: {exc.strerror or exc}"
 
 
+STARTING_FOR = 10.0
+"""Seconds a client waits for a daemon that runs but does not listen yet: ``tether agentd ...
+&`` and at once ``tether start`` (it is still importing). With no daemon, it waits for none."""
+
+
+def starting(socket_path: str) -> bool:
+    """Whether a ``tether agentd`` of this user that serves ``socket_path`` runs: found by its
+    command line (before any ``--``), its ``--socket`` or else its ``$TETHER_AGENTD`` or the
+    default. A client that cannot connect waits for such a daemon, and only for one."""
+    target = os.path.abspath(socket_path)
+    me, uid = os.getpid(), os.getuid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        argv = argv[: argv.index("--")] if "--" in argv else argv
+        if "agentd" in argv and _served(int(name), argv, uid) == target:
+            return True
+    return False
+
+
+def _served(pid: int, argv: list[str], uid: int) -> str | None:
+    """The socket the daemon ``pid`` with ``argv`` serves (``None``: it cannot be read)."""
+    try:
+        for i, arg in enumerate(argv):
+            given = argv[i + 1] if arg == "--socket" and i + 1 < len(argv) else None
+            if arg.startswith("--socket="):
+                given = arg.partition("=")[2]
+            if given is not None:
+                return os.path.join(os.readlink(f"/proc/{pid}/cwd"), given)
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for entry in f.read().split(b"\0"):
+                if entry.startswith(b"TETHER_AGENTD=") and len(entry) > len("TETHER_AGENTD="):
+                    return os.path.abspath(entry.partition(b"=")[2].decode(errors="replace"))
+    except OSError:
+        return None
+    return f"/tmp/tether-{uid}/agentd.sock"
+
+
 def busy(socket_path: str, waited: float) -> str:
     """Why a client gave up connecting: the listen queue stayed full for ``waited`` seconds."""
     return f"agentd at {socket_path} is busy: its listen queue stayed full for {waited:g}s"
