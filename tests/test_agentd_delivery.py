@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from helpers import QUICK_HARNESS, kill_marked, python, unique_session, wait_until
-from test_agentd import directory, events, of_epoch, running
+from test_agentd import directory, events, harness_processes, of_epoch, running
 from tether import Backoff, Delivered, DeliveryFailed, wire
 from tether.agentd._client import request
 from tether.agentd._link import Link
@@ -237,6 +237,27 @@ async def test_send_no_wait_answers_queued_while_the_engine_is_busy(directory: P
         assert set(answer) == {"session", "prompt_id"}
         assert [q.id for q in await daemon.store.pending()] == [answer["prompt_id"]]
         assert records(directory, session) == ["first"]
+
+
+async def test_a_stopping_daemon_starts_no_harness_and_keeps_the_prompt_queued(
+    directory: Path,
+) -> None:
+    """A ``--no-wait`` prompt waits for an engine in a long turn, and the daemon stops
+    (stopping its harnesses): the delivery under way is ended, so no harness is started behind
+    the stop to outlive it (one was, and the suite found it left on Python 3.13), and the
+    prompt stays queued for the next daemon, which delivers it."""
+    session = unique_session()
+    async with running(directory) as daemon:
+        await daemon.agentd.deliver(session, wire.Prompt("first", "work long", {}))
+        queued = await daemon.agentd.deliver_later(session, "for the next daemon")
+        # The engine is in its long turn: the delivery waits for it, and the stop below ends
+        # that harness, which the delivery took for a failed attempt and started another.
+    assert harness_processes(session) == []
+    async with running(directory) as daemon:
+        await wait_until(lambda: queued.prompt_id in records(directory, session), timeout=30)
+        with trio.fail_after(10):
+            while await daemon.store.pending():
+                await trio.sleep(0.01)
 
 
 async def test_a_send_retried_with_its_id_is_one_prompt(directory: Path) -> None:

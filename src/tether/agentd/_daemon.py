@@ -214,6 +214,7 @@ class Agentd(SettingsView):
                     try:
                         yield self
                     finally:
+                        self._outbox.stop()  # first: it would start harnesses to deliver to
                         if stop_harnesses:
                             with trio.CancelScope(shield=True):
                                 await self._stop_all()

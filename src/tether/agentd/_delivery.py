@@ -43,6 +43,9 @@ RELINK_DELAY = 0.05
 """Seconds before asking a harness again whose link just dropped (it is reconnecting)."""
 
 
+STOPPED = "the daemon is stopping; the prompt stays queued for the next one"
+
+
 @attrs.frozen
 class _Final:
     """A failed delivery attempt that another attempt cannot mend (the session belongs to
@@ -64,6 +67,16 @@ class Outbox:
     sessions: Sessions
     starter: Starter
     counts: Counts = attrs.field(factory=Counts)
+    stopped: bool = attrs.field(default=False, init=False)
+    """The daemon is stopping: no delivery starts or goes on (what is queued stays queued)."""
+    _deliveries: set[trio.CancelScope] = attrs.field(factory=set, init=False)
+
+    def stop(self) -> None:
+        """End every delivery now, settling none: a stopping daemon must not start a harness
+        to deliver to (it would outlive it), and the next daemon redelivers what is queued."""
+        self.stopped = True
+        for scope in self._deliveries:
+            scope.cancel()
 
     async def deliver(self, session_name: str, prompt: str | Prompt) -> Delivered:
         """See ``Agentd.deliver``."""
@@ -103,6 +116,16 @@ class Outbox:
             await self._deliver_queued(session, prompt)
 
     async def _deliver_queued(self, session: Session, prompt: Prompt) -> Delivered:
+        if not self.stopped:
+            with trio.CancelScope() as scope:
+                self._deliveries.add(scope)
+                try:
+                    return await self._deliver_now(session, prompt)
+                finally:
+                    self._deliveries.discard(scope)
+        raise DeliveryFailed(session.name, prompt.id, [STOPPED])
+
+    async def _deliver_now(self, session: Session, prompt: Prompt) -> Delivered:
         failures: list[str] = []
         queued = trio.current_time()
         attempt = relinks = 0
