@@ -203,8 +203,7 @@ class Keeper:
             procs = _procfs.table()
             pids = _procfs.descendants([self.me], procs)
             marked = _procfs.marked_any(self.marks) - {self.me, self.owner}
-            pids |= marked | _procfs.descendants(marked, procs)
-            return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
+            return _procfs.identities(pids | marked | _procfs.descendants(marked, procs))
 
         found = collect()
         if found:
@@ -230,7 +229,7 @@ class Keeper:
 
         def collect() -> set[_procfs.Identity]:
             procs = _procfs.table()
-            roots = _procfs.marked_any([group] if group else []) - {self.me, self.owner}
+            roots = _procfs.marked_any([group]) - {self.me, self.owner}
             for pid in _procfs.children(self.me):
                 fields = _procfs.stat_fields(pid)
                 session = int(fields[3]) if fields else 0
@@ -238,8 +237,7 @@ class Keeper:
                     {pid, session} & sessions and not {pid, session} & others
                 ):
                     roots.add(pid)
-            pids = roots | _procfs.descendants(roots, procs)
-            return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
+            return _procfs.identities(roots | _procfs.descendants(roots, procs))
 
         self.held -= sessions
         found = collect()

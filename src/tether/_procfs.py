@@ -61,6 +61,11 @@ def table() -> dict[int, tuple[str, int, int, int]]:
     return found
 
 
+def identities(pids: Iterable[int]) -> set[Identity]:
+    """The identities of those of ``pids`` that still run (or are zombies)."""
+    return {ident for pid in pids if (ident := identity(pid)) is not None}
+
+
 def descendants(roots: Collection[int], procs: dict[int, tuple[str, int, int, int]]) -> set[int]:
     """The pids below ``roots`` in ``procs`` (not the roots themselves)."""
     return below(roots, {pid: ppid for pid, (_, ppid, _, _) in procs.items()})
@@ -113,7 +118,7 @@ def marked(variable: str, value: str) -> set[int]:
 
 def marked_any(marks: Collection[str]) -> set[int]:
     """Pids whose environment has any of ``marks`` (``VARIABLE=value``), in one pass."""
-    needles = {mark.encode() for mark in marks}
+    needles = {mark.encode() for mark in marks if mark}  # "" would match every environment
     found: set[int] = set()
     if not needles:
         return found

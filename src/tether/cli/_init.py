@@ -225,7 +225,7 @@ class Init:
 
 def _below(me: int) -> set[_procfs.Identity]:
     pids = _procfs.descendants([me], _procfs.table())
-    return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
+    return _procfs.identities(pids)
 
 
 def _foreground(tty: int, pgrp: int) -> None:

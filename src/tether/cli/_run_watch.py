@@ -123,7 +123,7 @@ def _stop(children: set[Identity], grace: float, mark: tuple[str, str]) -> None:
         procs = _procfs.table()
         roots = {pid for pid, start in children if _procfs.state((pid, start)) is not None}
         pids = roots | _procfs.descendants(roots, procs) | _procfs.marked(*mark)
-        return {ident for pid in pids if (ident := _procfs.identity(pid)) is not None}
+        return _procfs.identities(pids)
 
     found = collect()
     if found:
