@@ -87,7 +87,6 @@ _IGNORED = (
     signal.SIGPIPE,
 )
 """A keeper outlives terminal and group signals: it is the one that must stop the others."""
-_DEFAULTS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
 class Keeper:
@@ -165,7 +164,7 @@ class Keeper:
                 {str(k): str(v) for k, v in request["env"].items()},
                 setsid=True,
                 setsigmask=(),
-                setsigdef=_DEFAULTS,
+                setsigdef=_procfs.CATCHABLE,
                 file_actions=actions,
             )
         except OSError as exc:

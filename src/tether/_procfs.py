@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 else:
     import _signal as signal  # the C module behind ``signal``, without its enums (4 ms)
 
+CATCHABLE = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+"""Every signal a process can block, catch or reset (the C library's reserved ones are not
+among the valid ones)."""
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 

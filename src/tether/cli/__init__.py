@@ -17,15 +17,15 @@ if TYPE_CHECKING:
 else:
     import _signal as signal  # without its enums: see tether._procfs
 
-_CATCHABLE = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tether`` console script; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["run"]:
+        from .._procfs import CATCHABLE  # standard library only, and needed next anyway
+
         # Before anything else runs: a signal from now on waits for ``Init`` to forward it.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _CATCHABLE)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, CATCHABLE)
         from ._run import main as run
 
         code = run(args[1:], mask)

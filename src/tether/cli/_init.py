@@ -35,7 +35,7 @@ else:
     import _signal as signal  # without its enums: see tether._procfs
 
 JOB_CONTROL = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
-CATCHABLE = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+CATCHABLE = _procfs.CATCHABLE
 
 
 class Init:

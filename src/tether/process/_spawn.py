@@ -13,12 +13,12 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import signal
 from collections.abc import Mapping, Sequence
 
-DEFAULT_DISPOSITIONS = frozenset(
-    s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)
-)
+from .._procfs import CATCHABLE
+
+DEFAULT_DISPOSITIONS = CATCHABLE
+"""The signals a child gets back at their default (``setsigdef``)."""
 _CHDIR_THEN_EXEC = 'cd -- "$0" && exec "$@"'
 
 
