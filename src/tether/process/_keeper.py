@@ -105,19 +105,19 @@ class Keeper:
             theirs.close()
         child = Child._create(ProcessRef.of(pid), argv, "keeper", grace)
         keeper = cls(child, _trio(ours), grace)
+        ready = False
         try:
             with trio.move_on_after(START_TIMEOUT):
                 frames = await keeper._read()
-                if frames and frames[0].get("op") == "ready":
-                    return keeper
-        except BaseException:  # cancelled while it starts (its run ends, say): none is left
-            with trio.CancelScope(shield=True):
-                await keeper.kill()
-            keeper._sock.close()
-            raise
-        await keeper.kill()
-        keeper._sock.close()
-        raise KeeperUnavailable(f"the keeper (pid {pid}) did not start within {START_TIMEOUT}s")
+                ready = frames is not None and frames[0].get("op") == "ready"
+        finally:
+            if not ready:  # silent, or cancelled while it starts (its run ends, say)
+                with trio.CancelScope(shield=True):
+                    await keeper.kill()
+                keeper._sock.close()
+        if not ready:
+            raise KeeperUnavailable(f"the keeper (pid {pid}) did not start within {START_TIMEOUT}s")
+        return keeper
 
     async def serve(self) -> None:
         """Read the keeper's messages until it is gone; then run ``on_lost`` (unless closed)."""

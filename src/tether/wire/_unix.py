@@ -77,7 +77,11 @@ async def _remove_stale(path: str) -> None:
         os.unlink(path)  # nobody listens: a leftover of a server that died
         return
     await stream.aclose()
-    raise OSError(errno.EADDRINUSE, "another server is listening on it", path)
+    raise _in_use(path)
+
+
+def _in_use(path: str) -> OSError:
+    return OSError(errno.EADDRINUSE, "another server is listening on it", path)
 
 
 async def _publish(sock: trio.socket.SocketType, path: str, backlog: int) -> None:
@@ -92,7 +96,7 @@ async def _publish(sock: trio.socket.SocketType, path: str, backlog: int) -> Non
         sock.listen(backlog)
         os.link(staging, path)
     except FileExistsError:
-        raise OSError(errno.EADDRINUSE, "another server is listening on it", path) from None
+        raise _in_use(path) from None
     finally:
         os.unlink(staging)
 
