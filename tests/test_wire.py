@@ -7,8 +7,11 @@ import json
 import os
 import socket as pysocket
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,6 +41,7 @@ from tether.wire import (
 )
 from tether.wire._budget import FRAME_TIMEOUT, FREE, FrameBudget
 from tether.wire._codec import ping_frame
+from tether.wire._control import starting
 
 # --- the codec -------------------------------------------------------------------------------
 
@@ -538,3 +542,24 @@ async def test_the_socket_file_appears_only_once_it_accepts(tmp_path: Path) -> N
         watcher.join()
     assert refused == []
     assert os.listdir(tmp_path) == []
+
+
+def test_a_starting_daemon_is_found_by_the_socket_it_serves(tmp_path: Path) -> None:
+    """What a client waits for (``starting``): a process of ours whose command line says
+    ``agentd`` and whose socket, relative to its own working directory, is the one asked for."""
+    tmp_path.chmod(0o700)
+    pause = "import signal; signal.pause()"
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", pause, "agentd", "--socket", "./run/../a.sock", "--", "agentd"],
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not starting(str(tmp_path / "a.sock")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert starting(str(tmp_path / "a.sock"))
+        assert not starting(str(tmp_path / "b.sock"))
+    finally:
+        daemon.kill()
+        daemon.wait()
+    assert not starting(str(tmp_path / "a.sock"))

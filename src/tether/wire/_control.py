@@ -40,27 +40,31 @@ def starting(socket_path: str) -> bool:
         except OSError:
             continue
         argv = argv[: argv.index("--")] if "--" in argv else argv
-        if "agentd" in argv and _served(int(name), argv, uid) == target:
+        if "agentd" in argv and _served(int(name), argv) == target:
             return True
     return False
 
 
-def _served(pid: int, argv: list[str], uid: int) -> str | None:
-    """The socket the daemon ``pid`` with ``argv`` serves (``None``: it cannot be read)."""
+def _served(pid: int, argv: list[str]) -> str | None:
+    """The absolute path of the socket the daemon ``pid`` with ``argv`` serves (a relative
+    one is its own working directory's); ``None`` if it cannot be read."""
+    given: str | None = None
+    for i, arg in enumerate(argv):
+        if arg == "--socket" and i + 1 < len(argv):
+            given = argv[i + 1]
+        elif arg.startswith("--socket="):
+            given = arg.partition("=")[2]
     try:
-        for i, arg in enumerate(argv):
-            given = argv[i + 1] if arg == "--socket" and i + 1 < len(argv) else None
-            if arg.startswith("--socket="):
-                given = arg.partition("=")[2]
-            if given is not None:
-                return os.path.join(os.readlink(f"/proc/{pid}/cwd"), given)
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for entry in f.read().split(b"\0"):
-                if entry.startswith(b"TETHER_AGENTD=") and len(entry) > len("TETHER_AGENTD="):
-                    return os.path.abspath(entry.partition(b"=")[2].decode(errors="replace"))
+        if given is None:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for entry in f.read().split(b"\0"):
+                    name, _, value = entry.partition(b"=")
+                    if name == b"TETHER_AGENTD" and value:
+                        given = value.decode(errors="replace")
+        path = given or _fallback_socket()
+        return os.path.normpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), path))
     except OSError:
         return None
-    return f"/tmp/tether-{uid}/agentd.sock"
 
 
 def busy(socket_path: str, waited: float) -> str:
@@ -70,7 +74,11 @@ def busy(socket_path: str, waited: float) -> str:
 
 def default_socket() -> str:
     """``$TETHER_AGENTD``, else ``/tmp/tether-<uid>/agentd.sock``."""
-    return os.environ.get("TETHER_AGENTD") or f"/tmp/tether-{os.getuid()}/agentd.sock"
+    return os.environ.get("TETHER_AGENTD") or _fallback_socket()
+
+
+def _fallback_socket() -> str:
+    return f"/tmp/tether-{os.getuid()}/agentd.sock"
 
 
 class ControlOp(enum.StrEnum):
