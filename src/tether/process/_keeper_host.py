@@ -55,26 +55,35 @@ class KeeperHost:
             _HOST.set(host)
             return host
 
-    async def keeper(self, grace: float) -> Keeper:
-        """The running keeper, started (with ``grace`` between its signals when the owner
-        dies, until a group with a longer one joins) if there is none.
+    async def join(self, user: User) -> Keeper:
+        """Add ``user`` to the groups of the running keeper (started if there is none), which
+        stops its processes too if the owner dies; the keeper.
 
         Raises:
-            KeeperUnavailable: none could be started.
+            KeeperUnavailable: none could be started (``user`` is not added).
         """
-        async with self._starting:
-            current = self.current
-            if current is not None and current.alive:
-                return current
-            keeper = await Keeper.start(grace)
-            keeper.on_lost = functools.partial(self._lost, keeper)
-            self.current = keeper
-            trio.lowlevel.spawn_system_task(
-                self._serve, keeper, name=f"tether keeper {keeper.pid}"
-            )
-            for user in self.users:  # a successor: it stops their processes too
-                await keeper.join(user.mark, user.grace)
-            return keeper
+        self.users.append(user)  # first: a keeper lost from now on is replaced for it too
+        try:
+            async with self._starting:
+                current = self.current
+                if current is not None and current.alive:
+                    await current.join(user.mark, user.grace)
+                    return current
+                return await self._start()
+        except BaseException:
+            self.users.remove(user)
+            raise
+
+    async def _start(self) -> Keeper:
+        """A keeper for every group using one (hold ``_starting``), with their longest grace
+        between its signals when the owner dies."""
+        keeper = await Keeper.start(max(user.grace for user in self.users))
+        keeper.on_lost = functools.partial(self._lost, keeper)
+        self.current = keeper
+        trio.lowlevel.spawn_system_task(self._serve, keeper, name=f"tether keeper {keeper.pid}")
+        for user in self.users:
+            await keeper.join(user.mark, user.grace)
+        return keeper
 
     async def _serve(self, keeper: Keeper) -> None:
         try:
@@ -101,10 +110,11 @@ class KeeperHost:
         trio.lowlevel.spawn_system_task(self._replace, keeper, name="tether keeper successor")
 
     async def _replace(self, lost: Keeper) -> None:
-        if self.current is not lost or not self.users:
-            return
         try:
-            await self.keeper(max(user.grace for user in self.users))
+            async with self._starting:
+                if self.current is not lost or not self.users:
+                    return
+                await self._start()
         except KeeperUnavailable as exc:
             logger.warning("no keeper could replace pid %d: %s", lost.pid, exc)
             for user in list(self.users):

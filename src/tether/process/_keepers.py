@@ -65,13 +65,10 @@ class Keepers:
         """Use the run's keeper (started if none runs); whether one does."""
         self._nursery = nursery
         host = KeeperHost.of_run()
-        host.users.append(self)  # first: a keeper lost from now on is replaced for it too
         try:
-            keeper = await host.keeper(self.grace)
-            await keeper.join(self.mark, self.grace)
+            await host.join(self)
         except KeeperUnavailable as exc:
             logger.warning("session %s: %s; the group has no keeper", self.session, exc)
-            host.users.remove(self)
             return False
         if not self._is_open():  # the group closed while it started
             host.users.remove(self)
