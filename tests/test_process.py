@@ -359,8 +359,10 @@ async def test_an_escaped_orphan_that_exits_early_is_reaped_while_the_group_live
     """
     async with ChildGroup(session, 1, grace=GRACE, reap_interval=0.05, keeper=keeper) as group:
         await group.spawn(python(code, str(ready)))
-        await wait_until(lambda: ready.exists() and Path(f"{ready}.daemon").exists())
-        daemon = int(Path(f"{ready}.daemon").read_text())
+        written = Path(f"{ready}.daemon")
+        # The content, not the file: it exists a moment before its pid is written.
+        await wait_until(lambda: ready.exists() and written.exists() and written.read_text())
+        daemon = int(written.read_text())
         # the keeper is the nearest subreaper; without one, this process is
         adopter = group.keeper_pid if keeper else os.getpid()
         assert adopter is not None
