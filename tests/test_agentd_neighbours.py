@@ -373,6 +373,9 @@ async def test_a_live_harness_its_record_does_not_name_is_adopted_not_superseded
             first = await daemon.agentd.start_agent(session)
             os.kill(first.pid, signal.SIGKILL)
             await wait_until(lambda: daemon.agentd.status()[0].pid is None)
+            with trio.fail_after(10):  # and recorded so, before the disk "fills"
+                while (record := await daemon.store.record(session)) and record.pid is not None:
+                    await trio.sleep(0.01)
 
             async def full_disk(*args: object, **kwargs: object) -> None:
                 return None  # the record is not written
