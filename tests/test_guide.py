@@ -43,19 +43,22 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def _serving(socket: Path) -> list[psutil.Process]:
-    """The processes started for the walk-through: every one whose ``$TETHER_AGENTD`` names
-    its socket (the daemon, and the harnesses it gives it to)."""
-    found = []
-    needle = f"TETHER_AGENTD={socket}".encode()
-    for process in psutil.process_iter():
+def _new_descendants(before: set[int]) -> list[psutil.Process]:
+    """This process's descendants that were not there ``before``, zombies included."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+
+
+def _gone(before: set[int]) -> bool:
+    """Kill every process the walk-through started and reap those reparented here (the suite
+    is a subreaper); whether none is left. A keeper or harness may exit, and be reparented
+    here, only after its parent did: so this is polled, not done once."""
+    for process in _new_descendants(before):
         try:
-            with open(f"/proc/{process.pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(process)
-        except OSError:
+            process.kill()
+        except psutil.Error:
             continue
-    return found
+    reap_zombie_children()
+    return _new_descendants(before) == []
 
 
 def test_the_guide_s_daemon_walk_through_runs_as_printed(tmp_path: Path) -> None:
@@ -74,6 +77,7 @@ def test_the_guide_s_daemon_walk_through_runs_as_printed(tmp_path: Path) -> None
         "TETHER_AGENTD": str(socket),
     }
     out, err = tmp_path / "stdout", tmp_path / "stderr"
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     try:
         # Files, not pipes: the daemon in the background keeps them open after bash exits.
         with out.open("wb") as stdout, err.open("wb") as stderr:
@@ -88,17 +92,11 @@ def test_the_guide_s_daemon_walk_through_runs_as_printed(tmp_path: Path) -> None
         assert table[0].split()[:3] == ["SESSION", "STATE", "EPOCH"]
         assert table[1].split()[:3] == ["s1", "attached", "1"]
     finally:
-        for process in _serving(socket):
+        for process in _new_descendants(before):
             try:
                 if "agentd" in process.cmdline():
                     process.terminate()  # it leaves its harnesses running, as the guide says
                     process.wait(30)
             except psutil.Error:
                 continue
-        for process in _serving(socket):
-            try:
-                process.kill()
-            except psutil.Error:
-                continue
-        psutil.wait_procs(_serving(socket), timeout=10)
-        wait_for(reap_zombie_children)
+        wait_for(lambda: _gone(before), timeout=30)
