@@ -31,6 +31,27 @@ def test_the_api_reference_builds_without_a_warning(tmp_path: Path) -> None:
     assert "What it wrote to stdout" in page
     harness = (tmp_path / "reference" / "harness" / "index.html").read_text()
     assert "HarnessContext.transcript" in harness
+    assert "Example::" not in page
+    assert '<code class="language-python">async with tether.ChildGroup(' in page
+    assert _broken_links(tmp_path) == []
+
+
+HREF = re.compile(r'(?:href|src)="([^"]+)"')
+
+
+def _broken_links(site: Path) -> list[str]:
+    """Every relative link of every built page that leads nowhere in the site."""
+    broken = []
+    for page in site.rglob("*.html"):
+        for target in HREF.findall(page.read_text()):
+            if "://" in target or target.startswith(("#", "mailto:", "data:")):
+                continue
+            file = target.split("#", 1)[0].split("?", 1)[0]
+            base = site if file.startswith("/") else page.parent
+            path = (base / file.lstrip("/")).resolve()
+            if not (path.is_file() or (path / "index.html").is_file()):
+                broken.append(f"{page.relative_to(site)} -> {target}")
+    return broken
 
 
 @pytest.mark.parametrize(

@@ -75,8 +75,8 @@ def channel(
         ValueError: ``capacity`` is negative or a non-integer other than ``math.inf``.
         TypeError: ``item_type`` cannot be checked at run time and ``check_types`` is on.
 
-    Example::
-
+    Example:
+        ```python
         tx, rx = tether.channel(int, capacity=16, name="numbers")
         async with trio.open_nursery() as nursery:
             async def produce(tx: tether.Sender[int]) -> None:
@@ -85,6 +85,7 @@ def channel(
                         await tx.send(i)
             nursery.start_soon(produce, tx.move())
             assert [i async for i in rx] == [0, 1, 2]
+        ```
     """
     if not (capacity == math.inf or (capacity >= 0 and float(capacity).is_integer())):
         raise ValueError(f"capacity must be an integer >= 0 or math.inf, not {capacity!r}")

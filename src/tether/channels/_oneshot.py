@@ -72,11 +72,12 @@ def oneshot(
     ``ChannelClosed`` if the sender was closed or dropped unsent. ``item_type`` and
     ``check_types`` work as for ``channel()``.
 
-    Example::
-
+    Example:
+        ```python
         reply_tx, reply_rx = tether.oneshot(int)
         reply_tx.send(42)
         assert await reply_rx == 42
+        ```
     """
     types = isinstance_spec(item_type) if check_types else None
     state: _Oneshot[Any] = _Oneshot(name, types=types)

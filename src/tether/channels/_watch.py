@@ -45,11 +45,12 @@ def watch(initial: T, *, name: str | None = None) -> tuple[WatchSender[T], Watch
 
     Values are not type-checked at run time (the element type is inferred from ``initial``).
 
-    Example::
-
+    Example:
+        ```python
         state_tx, state_rx = tether.watch("starting")
         state_tx.send("ready")
         assert state_rx.borrow() == "ready"
+        ```
     """
     state: _Watch[T] = _Watch(name, value=initial)
     return WatchSender[T]._create(state, None, 2), WatchReceiver[T]._create(state, 0)

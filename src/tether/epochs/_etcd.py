@@ -80,10 +80,11 @@ class EtcdEpochStore(FencedStore):
     TTL, which happens before etcd itself can expire the lease (the TTL counts from when a
     keepalive was sent here, etcd counts from when it arrived there).
 
-    Example::
-
+    Example:
+        ```python
         store = EtcdEpochStore(["127.0.0.1:2379"], host_id="host-a", lease_ttl=10)
         epoch = await store.bump("s1")
+        ```
     """
 
     def __init__(

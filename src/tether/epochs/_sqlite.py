@@ -127,11 +127,12 @@ class SqliteEpochStore(SqliteFile, FencedStore):
             which enqueuing its id again is a no-op; a later ``settle`` deletes them (by the
             wall clock: a jump forward shortens the window).
 
-    Example::
-
+    Example:
+        ```python
         store = tether.SqliteEpochStore("state/epochs.sqlite3")
         epoch = await store.bump("s1")
         await store.check("s1", epoch)
+        ```
     """
 
     SCHEMA = _SCHEMA

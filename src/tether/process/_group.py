@@ -79,11 +79,12 @@ class ChildGroup:
         reap_interval: how often the fallback (keeper-less) group reaps its orphans.
         keeper: spawn through a keeper process (the default on Linux; see the module).
 
-    Example::
-
+    Example:
+        ```python
         async with tether.ChildGroup(session="s1", epoch=7, grace=2.0) as children:
             child = await children.spawn(["sleep", "60"])
         # here the sleep, and anything it started, is gone and reaped
+        ```
     """
 
     def __init__(

@@ -40,11 +40,12 @@ async def receive(*signals: int) -> AsyncIterator[Receiver[SignalEvent]]:
         ValueError: no signal was given.
         RuntimeError: not called from the main thread.
 
-    Example::
-
+    Example:
+        ```python
         async with tether.signals.receive(signal.SIGTERM, signal.SIGINT) as events:
             async for event in events:
                 print(event.describe())
+        ```
     """
     if not signals:
         raise ValueError("receive() needs at least one signal")
