@@ -54,10 +54,14 @@ class Deadlock(Exception):
     """Tasks of the run wait on each other or on what nothing can reach; the message is the
     report."""
 
+    __module__ = "tether.testing"  # shown in a failing test's report as it is imported
+
 
 class TimedOut(Exception):
     """The test ran longer than its hard timeout; the message says why no deadlock was declared
     and holds every task's line."""
+
+    __module__ = "tether.testing"
 
 
 def _nothing() -> None:

@@ -18,13 +18,19 @@ from ._waits import TRIO_DIR, WaitKind, classify, frame_of, user_frame
 _HERE = os.path.dirname(__file__)
 
 
+def shown_path(path: str) -> str:
+    """``path`` relative to the working directory when it is under it, as pytest shows paths."""
+    here = os.getcwd() + os.sep
+    return path[len(here):] if path.startswith(here) else path
+
+
 def where(frame: types.FrameType | None) -> str:
     """``file:line in function: source`` of a frame."""
     if frame is None:
         return "an unknown line"
     path, line = frame.f_code.co_filename, frame.f_lineno
     source = linecache.getline(path, line).strip()
-    return f"{path}:{line} in {frame.f_code.co_name}: {source}"
+    return f"{shown_path(path)}:{line} in {frame.f_code.co_name}: {source}"
 
 
 def shown(task: trio.lowlevel.Task, chain: list[Any]) -> bool:
@@ -109,7 +115,7 @@ def _detail(blocked: Blocked, holders: Holders) -> list[str]:
         names = ", ".join(repr(getattr(b, "name", b)) for b in obj.statistics().borrowers)
         out = [f"on {obj!r}: borrowed by {names or 'nobody'}"]
     elif kind is WaitKind.NURSERY:
-        names = ", ".join(repr(child.name) for child in obj.child_tasks)
+        names = ", ".join(sorted(repr(child.name) for child in obj.child_tasks))
         out = [f"for its nursery's children: {names}"]
     elif kind is WaitKind.SLEEP:
         out = ["sleeping, and nothing that runs can cancel it"]
@@ -141,7 +147,7 @@ def _tether(kind: WaitKind, state: Any, holders: Holders) -> list[str]:
         if record is None:
             continue
         name, filename, line, _ = record
-        out.append(f"on {state.label}: held by {name!r} made at {filename}:{line} in "
+        out.append(f"on {state.label}: held by {name!r} made at {shown_path(filename)}:{line} in "
                    f"{holders.phrase(handle)}")  # fmt: skip
     return out or [f"on {state.label}: no live sender"]
 
