@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,33 @@ def _broken_links(site: Path) -> list[str]:
             if not (path.is_file() or (path / "index.html").is_file()):
                 broken.append(f"{page.relative_to(site)} -> {target}")
     return broken
+
+
+def test_every_public_attribute_has_a_sentence() -> None:
+    """Issue 30: each attribute, constant and property the reference shows has a docstring,
+    so the page says what it is, not only its type."""
+    griffe = pytest.importorskip("griffe", reason="griffe comes with the docs extra")
+    package = griffe.load("tether", search_paths=[str(ROOT / "src")])
+    pages = [m for p in (ROOT / "docs" / "reference").glob("*.md")
+             for m in re.findall(r"^::: tether\.(\S+)", p.read_text(), re.MULTILINE)]  # fmt: skip
+    missing: list[str] = []
+
+    def walk(obj: Any, path: str, depth: int) -> None:
+        for name, member in obj.members.items():
+            if name.startswith("_") or name == "TYPE_CHECKING":
+                continue
+            try:
+                target = member.final_target if member.is_alias else member
+            except Exception:  # an alias to something outside tether  # noqa: BLE001
+                continue
+            if target.kind.value == "attribute" and not target.docstring:
+                missing.append(f"{path}.{name}")
+            elif target.kind.value == "class" and depth < 2:
+                walk(target, f"{path}.{name}", depth + 1)
+
+    for page in pages:
+        walk(package[page], f"tether.{page}", 0)
+    assert missing == []
 
 
 @pytest.mark.parametrize(

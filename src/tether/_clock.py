@@ -32,6 +32,7 @@ class HostClock:
         self._boottime: int | None = boottime
         self._drift0 = self._drift()
         self.now = time.monotonic  # the hot path: no wrapper call
+        """Seconds of awake time (``CLOCK_MONOTONIC``): what silence is measured in."""
 
     def _drift(self) -> float:
         if self._boottime is None:

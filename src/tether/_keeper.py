@@ -232,9 +232,7 @@ class Keeper:
             for pid in _procfs.children(self.me):
                 fields = _procfs.stat_fields(pid)
                 session = int(fields[3]) if fields else 0
-                if not self.groups or (
-                    {pid, session} & sessions and not {pid, session} & others
-                ):
+                if not self.groups or ({pid, session} & sessions and not {pid, session} & others):
                     roots.add(pid)
             return _procfs.identities(roots | _procfs.descendants(roots, procs))
 

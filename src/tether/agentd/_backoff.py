@@ -19,9 +19,14 @@ class Backoff:
     """The restart backoff of ``Agentd(restart_backoff=...)``."""
 
     first: float = 0.5
+    """Seconds before the first restart after a crash."""
     cap: float = 30.0
+    """The longest wait between restarts, in seconds; each crash doubles the wait up to it."""
     reset_after: float = 60.0
+    """Seconds a harness must stay up before its next crash starts from ``first`` again."""
     jitter: float = 0.1
+    """Up to this fraction of each wait is added or taken away at random, so sessions do not restart
+    in step."""
 
     def __attrs_post_init__(self) -> None:
         """Refuse a backoff that makes no sense.

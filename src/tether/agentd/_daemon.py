@@ -134,9 +134,12 @@ class Agentd(SettingsView):
             restart_backoff=restart_backoff if restart_backoff is not None else Backoff(),
         )
         self.settings = settings
+        """The daemon's timings and limits, as given."""
         self.store = store
+        """The epoch store that fences the sessions and keeps the outbox."""
         self._lease = lease_of(store)
         self.events = EventLog(host=self._lease.host or "")
+        """The session events: subscribe to them, or read the ones kept in memory."""
         self._tasks = Tasks()
         self._clock = AwakeClock()
         self._sessions = Sessions(self.events)

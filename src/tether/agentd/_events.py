@@ -52,7 +52,7 @@ class EventKind(enum.StrEnum):
     DELIVERY_ATTEMPT = "delivery_attempt"
     """One attempt at delivering a prompt failed."""
     DELIVERED = "delivered"
-    """A prompt was read by the harness's loop."""
+    """A prompt was recorded by the harness's engine (ADR 0034: delivered means recorded)."""
     DELIVERY_FAILED = "delivery_failed"
     """Every attempt at delivering a prompt failed."""
     FAILED = "failed"
@@ -76,16 +76,23 @@ class AgentEvent:
     """One state change of one session."""
 
     session: str
+    """The session the event is about."""
     kind: str
+    """What happened (an ``EventKind`` value): ``spawned``, ``delivered``, ``exited``, ..."""
     epoch: int | None = None
+    """The harness's epoch, when one is concerned."""
     pid: int | None = None
+    """The harness's pid, when one is concerned."""
     detail: str = ""
+    """A sentence for people: the reason, the signal, the error."""
     at: float = attrs.field(factory=time.time)
     """Wall-clock time (seconds since the epoch), for people and other hosts."""
     host: str = ""
     """The daemon's host id (its hostname on a single-host store)."""
     prompt_id: str | None = None
+    """The prompt a delivery event is about."""
     attempt: int | None = None
+    """Which delivery attempt of that prompt this is (1 for the first)."""
     code: int | None = None
     """A harness's exit code, when this is its exit and it was ours to reap."""
     reason: str | None = None

@@ -18,9 +18,13 @@ class Attached:
     it came to be attached."""
 
     session: str
+    """The session now served."""
     pid: int
+    """The pid of the harness that serves it."""
     epoch: int
+    """The epoch that harness holds."""
     how: How
+    """Whether the harness was reattached, spawned, or replaced a phantom."""
 
 
 @attrs.frozen
@@ -29,10 +33,15 @@ class Delivered:
     prompt ``prompt_id`` in the transcript as its engine took it."""
 
     session: str
+    """The session the prompt went to."""
     prompt_id: str
+    """The prompt's id, the same on every attempt and in the transcript."""
     pid: int
+    """The pid of the harness whose engine recorded it."""
     epoch: int
+    """That harness's epoch."""
     attempts: int
+    """How many harnesses were offered the prompt before one recorded it."""
     recorded: bool = True
     """``False``: a harness older than wire revision 4, which says only that its connection
     loop read the prompt (the delivery of before ADR 0034)."""
@@ -44,7 +53,9 @@ class Queued:
     delivers it (its events say how that went)."""
 
     session: str
+    """The session the prompt waits for."""
     prompt_id: str
+    """The queued prompt's id."""
 
 
 @attrs.frozen
@@ -52,13 +63,19 @@ class SessionStatus:
     """One row of ``tether ps``."""
 
     session: str
+    """The session's name."""
     state: str
+    """A ``SessionState`` value: ``attached``, ``stalled``, ``dead``, ``failed``, ..."""
     epoch: int | None
+    """The current epoch (``None``: never started)."""
     pid: int | None
+    """The live harness's pid (``None``: none)."""
     heartbeat_age: float | None
     """Seconds since the harness last answered a ping (``None``: never attached)."""
     restarts: int
+    """How many times the daemon restarted the session's harness."""
     last_event: str
+    """The session's last event, as ``tether ps`` shows it."""
     activity: str = ""
     """What its engine is doing: ``idle``, ``turn``, ``turn on ROUTE``, ``tool NAME`` (empty:
     not known; a harness of an earlier version does not say)."""
@@ -86,8 +103,11 @@ class AgentdError(Exception):
     def __init__(self, session: str, reason: str, code: int = 1) -> None:
         super().__init__(f"session {session!r}: {reason}")
         self.session = session
+        """The session the request was about."""
         self.reason = reason
+        """Why the daemon refused or failed it, in a sentence."""
         self.code = code
+        """The sysexits code the CLI exits with for it (69 unavailable, 75 try again, ...)."""
 
 
 class StartFailed(AgentdError):
@@ -109,7 +129,9 @@ class DeliveryFailed(AgentdError):
             + "; ".join(attempts),
         )
         self.prompt_id = prompt_id
+        """The prompt's id; it stays queued for the session's next harness."""
         self.attempts = attempts
+        """How many attempts were made."""
 
 
 class PromptTooLarge(AgentdError, ValueError):
@@ -122,8 +144,11 @@ class PromptTooLarge(AgentdError, ValueError):
             f"prompt {prompt_id} is {size} bytes on the wire; the limit is {limit} bytes",
         )
         self.prompt_id = prompt_id
+        """The refused prompt's id."""
         self.size = size
+        """Its encoded size in bytes."""
         self.limit = limit
+        """The largest frame the wire carries, in bytes."""
 
 
 class Unconfirmed(AgentdError):

@@ -21,3 +21,4 @@ class SendError(ChannelClosed, Generic[T]):
     def __init__(self, value: T) -> None:
         super().__init__("the receiver is closed; the value was not delivered")
         self.value: T = value
+        """The value that could not be sent, handed back."""

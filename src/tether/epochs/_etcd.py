@@ -108,16 +108,27 @@ class EtcdEpochStore(FencedStore):
         self.client = EtcdClient(
             endpoints, timeout, cacert=cacert, cert=cert, user=user, password=password
         )
+        """The etcd v3 JSON gateway client all requests go through."""
         self.keys = Keys(prefix)
+        """The key layout under ``prefix``."""
         self.endpoints = self.client.endpoints
+        """The cluster's endpoints, tried in turn."""
         self.prefix = self.keys.prefix
+        """The key prefix of this tether deployment."""
         self.host_id = host_id
+        """This daemon's host id."""
         self.lease_ttl = lease_ttl
+        """Seconds the host lease lives without a keepalive."""
         self.timeout = timeout
+        """Seconds one request may take before the next endpoint is tried."""
         self.keep_settled = keep_settled
+        """How many settled outbox rows are kept per session."""
         self.lease = HostLease(self.client, self.keys, host_id, lease_ttl)
+        """The host lease that every owned session's keys are attached to."""
         self.outbox = EtcdOutbox(self.client, self.keys, keep_settled)
+        """The durable prompt queue."""
         self.bumps = EtcdBumps(self.client, self.keys, self.lease, host_id)
+        """Epoch bumps by compare-and-swap, fenced by the host lease."""
         self._identity: str | None = None
 
     def __repr__(self) -> str:

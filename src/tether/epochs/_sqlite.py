@@ -136,7 +136,9 @@ class SqliteEpochStore(SqliteFile, FencedStore):
     """
 
     SCHEMA = _SCHEMA
+    """The SQL that creates the store's tables."""
     KIND = "epochs"
+    """What the file holds, checked on open so another tether file is refused."""
 
     def __init__(
         self,
@@ -153,6 +155,7 @@ class SqliteEpochStore(SqliteFile, FencedStore):
         """Reads on a connection and a thread of their own: in WAL mode they never wait for
         a lock, so a write queued behind another process's lock never holds up a read."""
         self.keep_settled = keep_settled
+        """How many settled outbox rows are kept per session, for ``tether events``."""
         self._identity: str | None = None
         self._bumps: GroupCommit[str, int] = GroupCommit(self._bump_all)
         self._inline: InlineBumps | None = None

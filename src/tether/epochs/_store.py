@@ -25,8 +25,11 @@ class Superseded(Exception):
         now = "no epoch was ever issued" if current is None else f"the current epoch is {current}"
         super().__init__(f"session {session!r}: epoch {epoch} is superseded; {now}")
         self.session = session
+        """The session whose epoch moved on."""
         self.epoch = epoch
+        """The epoch the caller held."""
         self.current = current
+        """The epoch that is current now."""
 
     def __reduce__(self) -> tuple[type[Superseded], tuple[str, int, int | None]]:
         return type(self), (self.session, self.epoch, self.current)
@@ -39,7 +42,9 @@ class StoreUnavailable(Exception):
     def __init__(self, endpoints: str, error: str) -> None:
         super().__init__(f"epoch store at {endpoints} unavailable: {error}")
         self.endpoints = endpoints
+        """The store's address (etcd endpoints, or the SQLite path)."""
         self.error = error
+        """What the last attempt raised."""
 
     def __reduce__(self) -> tuple[type[StoreUnavailable], tuple[str, str]]:
         return type(self), (self.endpoints, self.error)
@@ -54,8 +59,9 @@ class HostIdInUse(StoreUnavailable):
             endpoints,
             f"host id {host!r} was taken by another daemon; give each daemon its own host id",
         )
-        self.args = (f"epoch store at {endpoints}: {self.error}",)
+        Exception.__init__(self, f"epoch store at {endpoints}: {self.error}")
         self.host = host
+        """The host id another live daemon holds."""
 
     def __reduce__(self) -> tuple[type[HostIdInUse], tuple[str, str]]:
         return type(self), (self.endpoints, self.host)
@@ -69,7 +75,9 @@ class StoreInUse(Exception):
         holder = f"pid {pid}" if pid is not None else "a process whose pid is unknown"
         super().__init__(f"epoch store {path} is served by another daemon ({holder})")
         self.path = path
+        """The store's file."""
         self.pid = pid
+        """The pid of the live daemon that has it open."""
 
     def __reduce__(self) -> tuple[type[StoreInUse], tuple[str, int | None]]:
         return type(self), (self.path, self.pid)
@@ -82,7 +90,9 @@ class OwnedElsewhere(Exception):
     def __init__(self, session: str, host: str) -> None:
         super().__init__(f"session {session!r} is owned by host {host!r}, whose lease is alive")
         self.session = session
+        """The session that another host owns."""
         self.host = host
+        """The host that owns it."""
 
     def __reduce__(self) -> tuple[type[OwnedElsewhere], tuple[str, str]]:
         return type(self), (self.session, self.host)
@@ -171,9 +181,13 @@ class QueuedPrompt:
     """A prompt the daemon accepted for a session and has not yet settled."""
 
     session: str
+    """The session it waits for."""
     id: str
+    """The prompt's id, kept across every delivery attempt."""
     text: str
+    """The prompt as sent."""
     meta: dict[str, Any] = attrs.field(factory=dict)
+    """The sender's metadata, passed to the engine unchanged."""
     attempts: int = 0
     """Delivery attempts made so far (each a send on a live connection, or a failed start)."""
 
@@ -248,6 +262,7 @@ class LeasedEpochStore(EpochStore, Protocol):
     ``lease_held`` is false."""
 
     host_id: str
+    """This daemon's host id on the shared store."""
     lease_ttl: int
     """Seconds a host's lease outlives its last keepalive."""
 

@@ -30,10 +30,15 @@ from ._turns import Turns
 logger = logging.getLogger("tether.harness")
 
 EXIT_OK = 0
+"""0: the engine returned, or the daemon said bye."""
 EXIT_ENGINE_FAILED = 1
+"""1: the engine raised."""
 EXIT_DAEMON_GONE = 69  # EX_UNAVAILABLE
+"""69 (EX_UNAVAILABLE): the daemon was unreachable for longer than ``TETHER_RECONNECT_FOR``."""
 EXIT_TRANSCRIPT_FAILED = 74  # EX_IOERR: a prompt could not be recorded
+"""74 (EX_IOERR): a prompt could not be recorded in the transcript."""
 EXIT_SUPERSEDED = 75  # EX_TEMPFAIL: the daemon may respawn the session fresh
+"""75 (EX_TEMPFAIL): another epoch is current; the daemon may respawn the session fresh."""
 
 
 @attrs.frozen

@@ -69,12 +69,19 @@ class JobController:
         settle_cap: float = 15.0,
     ) -> None:
         self.store = store
+        """Where jobs, their turns and planner wakes are kept."""
         self.backend = backend
+        """The remote thread server that runs turns."""
         self.planner = planner
+        """Who is woken when a job stops."""
         self.steps = dict(steps)
+        """The step function of each phase."""
         self.settle_step = settle_step
+        """Seconds between two polls of an interrupted turn."""
         self.settle_cap = settle_cap
+        """Seconds an interrupted turn gets to settle before the job moves on or blocks."""
         self.owner = _owner_of_this_process()
+        """This controller's ``pid:token``, written on the jobs it runs."""
 
     def __repr__(self) -> str:
         return f"<tether.JobController {self.owner}>"

@@ -22,9 +22,13 @@ class FakeBackend:
 
     def __init__(self, *, interrupt_delay: float | None = 0.06) -> None:
         self.interrupt_delay = interrupt_delay
+        """Seconds before an interrupt takes effect (``None``: it never does)."""
         self.reachable = True
+        """Set to ``False`` to make every call raise ``BackendUnreachable``."""
         self.turns: dict[str, _Turn] = {}
+        """The turns it knows, by id."""
         self.calls: list[tuple[str, str]] = []
+        """Every call made, as ``(method, turn)``, in order."""
 
     def start(self, turn: str) -> None:
         """A turn begins running."""

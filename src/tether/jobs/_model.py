@@ -23,13 +23,19 @@ class Job:
     """One job: what a controller steps, as the store keeps it."""
 
     id: str
+    """The job's id."""
     phase: str
+    """The step that runs next."""
     routes: tuple[str, ...] = ("default",)
+    """The model routes to try, in order; an interrupted turn moves the job to the next."""
     status: str = RUNNING
+    """``running``, or how it stopped: ``completed``, ``failed``, ``cancelled``, ``blocked``."""
     route_index: int = 0
+    """Which of ``routes`` is in use."""
     turns: dict[str, str] = attrs.field(factory=dict)
     """Every turn started for the job, by id, with its last known status."""
     reason: str | None = None
+    """Why the job stopped, when it did not complete."""
     workspace: str | None = None
     """Held while the job may still run; ``None`` once released."""
     report: list[str] = attrs.field(factory=list)
@@ -39,6 +45,7 @@ class Job:
 
     @property
     def route(self) -> str:
+        """The route in use: ``routes[route_index]`` (the last one past the end)."""
         return self.routes[min(self.route_index, len(self.routes) - 1)]
 
 
@@ -53,9 +60,13 @@ class Step:
     """
 
     action: str
+    """What the step did, recorded in the job's report."""
     phase: str | None = None
+    """The next phase, when the job goes on."""
     status: str | None = None
+    """The stop status, when the job stops."""
     reason: str | None = None
+    """Why it stopped."""
 
 
 @attrs.frozen
@@ -63,9 +74,11 @@ class TurnState:
     """The thread server's view of one turn."""
 
     turn: str
+    """The turn's id."""
     status: str
     """``running``, ``completed``, ``error`` or ``interrupted``."""
     session_stopped: bool = False
+    """Whether the session that ran the turn has stopped."""
     active: bool = True
     """Whether the thread still has an active turn."""
 

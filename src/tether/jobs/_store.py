@@ -38,17 +38,24 @@ class Wake:
     """A planner wake waiting to be delivered (or delivered, for the record)."""
 
     seq: int
+    """Its place in the wake queue."""
     job: str
+    """The job that stopped."""
     status: str
+    """How it stopped."""
     reason: str | None
+    """Why."""
     delivered: bool = False
+    """Whether the planner has been told."""
 
 
 class JobStore(SqliteFile):
     """Jobs by id, their owning controller, and the planner's outbox of wakes."""
 
     SCHEMA = _SCHEMA
+    """The SQL that creates the store's tables."""
     KIND = "jobs"
+    """What the file holds, checked on open so another tether file is refused."""
 
     def __init__(self, path: str | PathLike[str]) -> None:
         super().__init__(path)

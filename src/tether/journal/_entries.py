@@ -33,14 +33,20 @@ class Message:
     """A message of the conversation (``role`` is ``user``, ``assistant``, ``system``...)."""
 
     id: str
+    """The entry's id (``msg_`` and 16 hex digits)."""
     seq: int
+    """Its place in the transcript, from 1."""
     ts: str
+    """When it was written (UTC, ISO 8601)."""
     role: str
+    """``user``, ``assistant`` or ``system``."""
     content: str
+    """The text."""
     prompt_id: str | None = None
     """The id of the prompt this message records, for a user message the harness wrote as its
     engine took a prompt (``None``: any other message); at most one message per id."""
     type: ClassVar[str] = "message"
+    """``message``, the entry's tag in the file."""
 
 
 @attrs.frozen
@@ -48,14 +54,20 @@ class ToolCall:
     """A tool call, written and fsynced before the tool runs."""
 
     id: str
+    """The call's id (``call_`` and 16 hex digits), named by its result."""
     seq: int
+    """Its place in the transcript, from 1."""
     ts: str
+    """When it was written (UTC, ISO 8601)."""
     name: str
+    """The tool's name."""
     args: dict[str, Any]
+    """The tool's arguments."""
     awaiting: str | None = None
     """``approval``: the call waits for a person's decision, which may come after any number
     of restarts, so it is never sealed (``None``: an ordinary call)."""
     type: ClassVar[str] = "tool_call"
+    """``tool_call``, the entry's tag in the file."""
 
 
 @attrs.frozen
@@ -64,13 +76,21 @@ class ToolResult:
     not ``ok`` or ``error``)."""
 
     id: str
+    """The entry's id (``result_`` and 16 hex digits)."""
     seq: int
+    """Its place in the transcript, from 1."""
     ts: str
+    """When it was written (UTC, ISO 8601)."""
     call_id: str
+    """The id of the call it answers."""
     status: str
+    """``ok``, ``error``, ``aborted``, ``interrupted`` or ``result_lost``."""
     output: Any
+    """What the tool returned (``None`` when it did not finish)."""
     reason: str | None = None
+    """Why the call did not finish, when it did not."""
     type: ClassVar[str] = "tool_result"
+    """``tool_result``, the entry's tag in the file."""
 
 
 @attrs.frozen
@@ -78,14 +98,21 @@ class Event:
     """Something that happened to the transcript or the session (``kind`` says what)."""
 
     id: str
+    """The entry's id (``event_`` and 16 hex digits)."""
     seq: int
+    """Its place in the transcript, from 1."""
     ts: str
+    """When it was written (UTC, ISO 8601)."""
     kind: str
+    """What happened (``quarantined``, ``resumed``, ...)."""
     data: dict[str, Any]
+    """Its details."""
     type: ClassVar[str] = "event"
+    """``event``, the entry's tag in the file."""
 
 
 Entry = Message | ToolCall | ToolResult | Event
+"""Any transcript entry."""
 
 _FIELDS: dict[str, tuple[str, ...]] = {
     "message": ("role", "content", "prompt_id"),

@@ -38,7 +38,9 @@ class Scan:
     """The valid entries of a transcript, and every damaged span, in file order."""
 
     entries: list[Entry]
+    """The entries that read, in order."""
     damage: tuple[Damage, ...]
+    """Each damaged line: where it is, how long, and why it does not read."""
     size: int
     """Where the data ends: the length of the bytes scanned, less a reserved zero tail."""
 
@@ -49,6 +51,7 @@ class Scan:
 
     @property
     def damaged_bytes(self) -> int:
+        """How many bytes the damaged spans hold in all."""
         return sum(d.length for d in self.damage)
 
     @property

@@ -45,6 +45,7 @@ class Transcript(metaclass=NoPublicConstructor):
         self, path: str, entries: list[Entry], sink: Sink, lock_fd: int, worker: Worker
     ) -> None:
         self.path = path
+        """The transcript's file."""
         self.repair: Repair | None = None
         """What opening had to repair, or ``None``."""
         self._entries = entries

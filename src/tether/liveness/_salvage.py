@@ -22,10 +22,15 @@ class SalvagedFile:
     """One artifact: its excerpt (the first ``limit`` bytes, decoded), or why there is none."""
 
     path: str
+    """The file's path."""
     size: int | None
+    """Its size in bytes (``None``: it could not be read)."""
     excerpt: str
+    """Its first bytes as text, within the limit."""
     truncated: bool
+    """Whether ``excerpt`` was cut to the limit."""
     error: str | None = None
+    """Why it could not be read, if it could not."""
 
 
 @attrs.frozen
@@ -33,10 +38,15 @@ class Salvage:
     """What a turn had produced when it was found stale."""
 
     route: str
+    """The route the turn ran on."""
     reason: str
+    """Why the turn is being salvaged."""
     text: str
+    """The turn's latest text, within the limit."""
     text_truncated: bool
+    """Whether ``text`` was cut to the limit."""
     files: tuple[SalvagedFile, ...]
+    """The named artifact files, each within its limit."""
 
     def describe(self) -> str:
         """The salvage as report text: the reason, the text and each file's excerpt, with

@@ -20,11 +20,13 @@ class TurnStats:
     """What the ledger keeps of a finished turn."""
 
     route: str
+    """The route the turn ran on."""
     ttft: float | None
     """Seconds from the turn's start to its first part (``None``: no part came)."""
     max_gap: float
     """The largest silence between two parts, tool calls excluded."""
     parts: int
+    """How many parts it streamed."""
     outcome: str
     """``completed``, ``error``, ``stale`` or ``interrupted``."""
     suspended: float
@@ -50,15 +52,24 @@ class StreamClock:
 
     def __init__(self, route: str, *, clock: Clock | None = None) -> None:
         self.route = route
+        """The route the turn runs on (its thresholds are that route's)."""
         self._clock = clock if clock is not None else HostClock()
         self._now = self._clock.now
         self._suspended_at_start = self._clock.suspended()
-        self.started = self.last = self._now()
+        self.started = self._now()
+        """When the turn started (awake time)."""
+        self.last = self.started
+        """When the last part came (awake time)."""
         self.first: float | None = None
+        """When the first part came (``None``: none yet)."""
         self.max_gap = 0.0
+        """The largest silence between two parts so far, tool calls excluded."""
         self.parts = 0
+        """How many parts came."""
         self.open_tools = 0
+        """How many tool calls are open (the turn is alive while one is)."""
         self.outcome: str | None = None
+        """How the turn ended (``None``: it has not)."""
 
     def __repr__(self) -> str:
         return (

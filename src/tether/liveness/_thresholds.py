@@ -28,8 +28,11 @@ class Threshold:
     """Seconds of silence a phase tolerates, and where that number came from."""
 
     seconds: float
+    """The silence, in seconds, after which a turn is stale."""
     source: Source
+    """Where the number came from: ``default``, ``max_gap``, ``quantile`` or ``given``."""
     samples: int = 0
+    """How many healthy turns it was learned from."""
 
 
 @attrs.frozen
@@ -37,8 +40,11 @@ class Thresholds:
     """A route's thresholds: before the first token, and between parts after it."""
 
     route: str
+    """The route they are for."""
     first_token: Threshold
+    """The silence allowed before the first part."""
     mid_stream: Threshold
+    """The silence allowed between parts."""
 
     @classmethod
     def default(cls, route: str) -> Thresholds:

@@ -24,12 +24,17 @@ class Stale:
     """The turn has been silent longer than its threshold."""
 
     silence: float
+    """Seconds of awake time since the last part."""
     threshold: float
+    """The threshold it passed."""
     source: str
+    """Where the threshold came from: ``default``, ``max_gap``, ``quantile`` or ``given``."""
     reason: str
+    """A sentence for the transcript and the job's report."""
 
 
 ALIVE = Alive()
+"""The verdict for a turn that is not stale."""
 Verdict = Alive | Stale
 
 

@@ -19,12 +19,17 @@ class ToolActivity:
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock if clock is not None else HostClock()
-        self.started = self.last = self.clock.now()
+        """The clock silence is measured on (awake time)."""
+        self.started = self.clock.now()
+        """When the tool started."""
+        self.last = self.started
+        """When it last advanced."""
         self.max_silence = 0.0
         """The largest silence between two advances (or up to ``finish``)."""
         self.note: str | None = None
         """What the tool last said of its progress (``advance(note)``)."""
         self.advances = 0
+        """How many times it advanced."""
 
     def advance(self, note: str | None = None) -> None:
         """The tool made progress now."""

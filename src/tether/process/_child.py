@@ -38,9 +38,13 @@ class Child(metaclass=NoPublicConstructor):
         self, ref: ProcessRef, argv: Sequence[str], name: str, grace: float, *, kept: bool = False
     ) -> None:
         self.ref = ref
+        """The process, by pid and start time (so a reused pid is never mistaken for it)."""
         self.argv = tuple(argv)
+        """The command line it was spawned with."""
         self.name = name
+        """Its name in logs and reports."""
         self.grace = grace
+        """Seconds between the signals that stop it."""
         self.returncode: int | None = None
         """The exit status once known: the code, or ``-signo`` if a signal killed it;
         ``None`` while it runs, and if its status was lost (``status_lost``)."""

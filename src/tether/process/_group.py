@@ -101,9 +101,13 @@ class ChildGroup:
                 f"grace must be >= 0 and reap_interval > 0: {grace!r}, {reap_interval!r}"
             )
         self.session = session
+        """The session every child is marked with (``TETHER_SESSION``)."""
         self.epoch = epoch
+        """The epoch every child is marked with (``TETHER_EPOCH``)."""
         self.grace = grace
+        """Seconds between SIGINT, SIGTERM and SIGKILL when the group stops."""
         self.reap_interval = reap_interval
+        """How often a keeper-less group reaps its orphans, in seconds."""
         self._children: list[Child] = []
         self._group_id = f"{os.getpid()}-{next(_group_ids)}-{os.urandom(3).hex()}"
         self._state = GroupState.NEW
@@ -202,9 +206,7 @@ class ChildGroup:
             RuntimeError: the group is not open.
         """
         if self._state is not GroupState.OPEN:
-            raise RuntimeError(
-                f"this ChildGroup is {self._state.value}; spawn inside `async with`"
-            )
+            raise RuntimeError(f"this ChildGroup is {self._state.value}; spawn inside `async with`")
         if replace_twins:
             await self.replace_twins()
         full_env = dict(os.environ if env is None else env)

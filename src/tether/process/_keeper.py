@@ -54,6 +54,7 @@ class KeeperUnresponsive(SpawnError):
     def __init__(self, program: str, keeper: int, detail: str) -> None:
         super().__init__(program, errno.ETIMEDOUT, f"the group's keeper (pid {keeper}) {detail}")
         self.keeper = keeper
+        """The keeper's pid."""
 
 
 class Keeper:

@@ -101,8 +101,7 @@ class KeeperHost:
         if keeper is not self.current or not self.users:
             return
         logger.error(
-            "keeper pid %d died; starting another, which stops its groups' processes by"
-            " their mark",
+            "keeper pid %d died; starting another, which stops its groups' processes by their mark",
             keeper.pid,
         )
         for user in list(self.users):

@@ -20,7 +20,9 @@ class ProcessRef:
     """
 
     pid: int
+    """The process id."""
     create_time: float
+    """Its start time as psutil reports it; with ``pid``, names one process for good."""
     _start: int | None = attrs.field(default=None, eq=False, repr=False)
     """Start time in clock ticks from ``/proc/PID/stat``: the same identity, cheaper to check."""
 

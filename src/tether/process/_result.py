@@ -27,8 +27,11 @@ class ToolStall:
     """A tool that has not advanced for ``threshold`` seconds of awake time."""
 
     tool: str
+    """The stalled tool's name."""
     silence: float
+    """Seconds it had been silent."""
     threshold: float
+    """The silence allowed."""
     waits: tuple[str, ...]
     """Each process of its tree: state, wchan, and the descriptor it reads (``_waits``)."""
 
@@ -96,3 +99,4 @@ class ToolFailed(Exception):
     def __init__(self, result: RunResult) -> None:
         super().__init__(f"{' '.join(result.argv)}: {result.reason()}")
         self.result = result
+        """The tool's whole result: code, output and what stopped it."""

@@ -31,6 +31,7 @@ class SpawnError(OSError):
     def __init__(self, program: str, code: int, detail: str | None = None) -> None:
         super().__init__(code, f"cannot execute {program!r}: {detail or os.strerror(code)}")
         self.program = program
+        """The program that could not be started."""
 
 
 def resolve(program: str, env: Mapping[str, str], cwd: str | None) -> str:

@@ -73,12 +73,17 @@ class DeadlockDetector:
 
     def __init__(self, cushion: float = 1.0, timeout: float | None = None) -> None:
         self.cushion = cushion
+        """Seconds every task must sleep before a deadlock is declared."""
         self.timeout = timeout
+        """Seconds before the run fails as timed out (``None``: never)."""
         self.deadlocks = True
         """Whether to look for deadlocks (off: only the timeout)."""
         self.failure: Exception | None = None
+        """The error the run fails with, once one is found."""
         self.checks = 0
+        """How many times the run was found asleep and looked at."""
         self.analyses = 0
+        """How many of those looks went as far as following references."""
         self.reason = "no check has run yet"
         """Why no deadlock has been declared (the timeout's message says it)."""
         self._runner: Any = None

@@ -42,18 +42,24 @@ class FakeAgentd:
     """
 
     path: Path
+    """The socket it serves."""
     answer: Literal["welcome", "superseded"] = "welcome"
+    """What a hello gets: a welcome, or ``Superseded``."""
     current: int | None = None
     """The epoch named in ``Superseded`` (default: the hello's epoch + 1)."""
     heartbeat: float = 1.0
+    """The heartbeat it announces, in seconds."""
     pinging: bool = True
+    """Whether it pings harnesses."""
     revision: int = 1
     """The wire revision its ``Welcome`` names: 3 asks harnesses to beat (a ``Pong`` with seq
     0 every heartbeat, unasked), as agentd does."""
     hellos: list[Hello] = attrs.field(factory=list)
+    """Every hello received, in order."""
     pongs: list[int] = attrs.field(factory=list)
     """The seq of every pong, in order (0: a beat)."""
     connected: trio.Event = attrs.field(factory=trio.Event)
+    """Set on each welcome."""
     _connections: dict[Connection, Hello] = attrs.field(factory=dict)
 
     @classmethod

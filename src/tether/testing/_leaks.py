@@ -25,8 +25,11 @@ class Leak:
     """One process a test left behind."""
 
     pid: int
+    """The leaked process's pid."""
     cmdline: str
+    """Its command line."""
     status: str
+    """Its state when found (``zombie``, ``sleeping``, ...)."""
 
     def describe(self) -> str:
         return f"pid={self.pid} status={self.status} cmd={self.cmdline}"

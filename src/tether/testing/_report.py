@@ -21,7 +21,7 @@ _HERE = os.path.dirname(__file__)
 def shown_path(path: str) -> str:
     """``path`` relative to the working directory when it is under it, as pytest shows paths."""
     here = os.getcwd() + os.sep
-    return path[len(here):] if path.startswith(here) else path
+    return path[len(here) :] if path.startswith(here) else path
 
 
 def where(frame: types.FrameType | None) -> str:

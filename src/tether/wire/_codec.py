@@ -36,6 +36,7 @@ class ProtocolError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+        """What was wrong with the frame."""
 
 
 class FrameTooLarge(ProtocolError):
@@ -44,7 +45,9 @@ class FrameTooLarge(ProtocolError):
     def __init__(self, reason: str, size: int, limit: int) -> None:
         super().__init__(reason)
         self.size = size
+        """The frame's length, in bytes."""
         self.limit = limit
+        """The largest frame allowed, in bytes."""
 
 
 def encode(message: Message) -> bytes:

@@ -35,8 +35,11 @@ class Peer:
     """The process at the other end of a Unix socket, as the kernel saw it at connect time."""
 
     pid: int
+    """The peer's pid."""
     uid: int
+    """Its user id."""
     gid: int
+    """Its group id."""
 
 
 def peer_of(sock: trio.socket.SocketType) -> Peer:
@@ -65,6 +68,7 @@ class Connection(metaclass=NoPublicConstructor):
         self._frame_deadline = math.inf
         """When the frame under way must be whole (a server's side only)."""
         self.peer = peer_of(stream.socket)
+        """Who is at the other end, from the socket's credentials."""
 
     def __repr__(self) -> str:
         return f"<tether.wire.Connection peer pid={self.peer.pid} uid={self.peer.uid}>"

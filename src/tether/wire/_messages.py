@@ -13,9 +13,13 @@ class Hello:
     """Harness to daemon, first on every connection: who I am and which epoch I hold."""
 
     session: str
+    """The session the harness serves."""
     epoch: int
+    """The epoch it holds."""
     pid: int
+    """Its pid."""
     create_time: float
+    """Its start time; with ``pid``, names the process for good."""
     revision: int = 1
     """The harness's wire revision (an older harness omits it): 4 reports ``Recorded``."""
 
@@ -25,8 +29,11 @@ class Welcome:
     """Daemon to harness: the epoch is current; the daemon's heartbeat is ``heartbeat``."""
 
     session: str
+    """The session."""
     epoch: int
+    """The epoch, current."""
     heartbeat: float
+    """Seconds between pings; the harness beats at that pace."""
     revision: int = 1
     """The daemon's wire revision (an older daemon omits it): 2 reads activity on pongs; 3
     wants a ``Pong`` with ``seq`` 0 every ``heartbeat`` seconds unasked (a beat), and stops
@@ -38,8 +45,11 @@ class Superseded:
     """Daemon to harness: ``epoch`` is not current (``current`` is); the harness must exit."""
 
     session: str
+    """The session."""
     epoch: int
+    """The epoch the harness holds."""
     current: int
+    """The epoch that is current."""
     reason: str = ""
     """Why the daemon moved on, if not a plain newer epoch (``stalled: ...``): the harness
     seals its open calls with it."""
@@ -50,8 +60,11 @@ class Prompt:
     """Daemon to harness: work for the engine."""
 
     id: str
+    """The prompt's id, kept across redeliveries."""
     text: str
+    """The prompt."""
     meta: dict[str, Any] = attrs.field(factory=dict)
+    """The sender's metadata."""
 
 
 @attrs.frozen
@@ -64,6 +77,7 @@ class Ping:
     """Daemon to harness: answer with the same ``seq`` from the connection loop itself."""
 
     seq: int
+    """The number a pong repeats."""
 
 
 @attrs.frozen
@@ -72,6 +86,7 @@ class Pong:
     revision 2; an older harness sends ``seq`` only, and an older daemon ignores the rest)."""
 
     seq: int
+    """The ping's number (0: a beat nobody asked for)."""
     kind: str = ""
     """``idle``, ``turn`` or ``tool`` (empty: not reported)."""
     name: str = ""
@@ -92,6 +107,7 @@ class Recorded:
     the engine (or found there, taken by an earlier harness of the session)."""
 
     prompt_id: str
+    """The prompt the engine has recorded in the transcript."""
 
 
 @attrs.frozen
@@ -99,6 +115,7 @@ class Bye:
     """Either side: I am closing this connection, and why."""
 
     reason: str
+    """Why the connection ends."""
 
 
 @attrs.frozen
@@ -106,6 +123,7 @@ class Error:
     """Either side: your last frame was refused, and why; the connection closes."""
 
     reason: str
+    """What went wrong."""
     code: int = 0
     """A sysexits code for a command-line client to exit with (0: unspecified)."""
 
@@ -116,8 +134,11 @@ class Control:
     ``op`` is ``ps``, ``start``, ``send``, ``stop``, ``reset``, ``events`` or ``logs``."""
 
     op: str
+    """The request: ``start``, ``send``, ``stop``, ``ps``, ``reset``, ..."""
     session: str = ""
+    """The session it is about."""
     text: str = ""
+    """The prompt, for ``send``."""
     create: bool = False
     """``send``, ``stop``, ``reset``: act on a session that does not exist yet."""
     follow: bool = False
@@ -139,6 +160,7 @@ class Reply:
     unless they follow."""
 
     result: dict[str, Any] = attrs.field(factory=dict)
+    """The outcome, as a dict (``Attached``, ``Delivered``, ... or an error)."""
 
 
 Message = (
@@ -155,6 +177,7 @@ Message = (
     | Control
     | Reply
 )
+"""Any message of the wire."""
 MESSAGE_TYPES: tuple[type[Any], ...] = (
     Hello,
     Welcome,
