@@ -55,12 +55,16 @@ test-all:
 	echo "test-all: every phase passed"
 
 # The whole fault campaign (ADR 0033): seeded, each failing seed printed with its replay command;
-# then the SIGKILL bursts of exactly-once delivery at their full 20 rounds (5 in `make test`).
+# then the SIGKILL bursts of exactly-once delivery at their full 20 rounds (5 in `make test`);
+# then the deadlock detector's negative control (ADR 0038): 160 generated working programs and
+# each hand-written one 20 times, with no false alarm allowed.
 TORTURE_SEEDS ?= 6
 TORTURE_STEPS ?= 600
 torture: $(VENV)/.installed-test
 	$(BIN)/python tests/torture/run.py --seeds $(TORTURE_SEEDS) --steps $(TORTURE_STEPS)
 	TETHER_DELIVERY_ROUNDS=20 $(BIN)/python -m pytest -q tests/test_agentd_delivery.py -k sigkills
+	$(BIN)/python tests/torture/control.py --seeds 10 --programs 16
+	TETHER_SOUNDNESS_RUNS=20 $(BIN)/python -m pytest -q tests/test_testing_soundness.py -k working
 
 OTHER_PYTHONS ?= 3.12 3.13
 

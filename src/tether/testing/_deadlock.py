@@ -245,7 +245,7 @@ class DeadlockDetector:
         """The tasks whose await frames have not moved for a cushion, with their fingerprints."""
         settled: dict[trio.lowlevel.Task, tuple[int, ...]] = {}
         for task, chain in chains.items():
-            if task in runq or not chain:
+            if task in runq or _scheduled(task) or not chain:
                 self._first.pop(task, None)
                 continue
             inner = chain[-1]
@@ -274,6 +274,13 @@ class DeadlockDetector:
     def _fail(self, failure: Exception) -> None:
         self.failure = failure
         self._on_failure()
+
+
+def _scheduled(task: trio.lowlevel.Task) -> bool:
+    """Whether trio has scheduled the task to run: in the run queue, or in the batch the run
+    loop took out of it and is running now (a task waiting to be resumed has its next send
+    set, whichever queue holds it)."""
+    return getattr(task, "_next_send_fn", None) is not None
 
 
 def _ours(fn: object) -> bool:

@@ -141,10 +141,14 @@ def _watching(item: pytest.Item, make: Make | None = None) -> Iterator[None]:
 def _maker(item: pytest.Item) -> Make | None:
     """What makes the detector of each trio run of this test, or ``None`` if nothing is on.
 
-    Nothing is on before trio is imported: a project that never imports it pays nothing.
+    Nothing is on before trio is imported (a project that never imports it pays nothing),
+    unless the test is to run on anyio's trio backend, which imports trio only once its runner
+    starts, inside the test's call.
     """
     if "trio" not in sys.modules:
-        return None
+        if not _on_anyio_trio(item):
+            return None
+        import trio  # noqa: F401 - now, so its runs are watched from the first
     settings = item.stash.get(_SETTINGS, None)
     if settings is None:
         settings = item.stash[_SETTINGS] = _settings(item)
@@ -170,6 +174,14 @@ def _maker(item: pytest.Item) -> Make | None:
         return template
 
     return make
+
+
+def _on_anyio_trio(item: pytest.Item) -> bool:
+    """Whether anyio's plugin runs this test on its trio backend (``anyio_backend`` is
+    ``"trio"`` or ``("trio", options)``)."""
+    backend = getattr(item, "funcargs", {}).get("anyio_backend")
+    name = backend[0] if isinstance(backend, tuple) and backend else backend
+    return name == "trio"
 
 
 def _settings(item: pytest.Item) -> tuple[bool, float | None]:

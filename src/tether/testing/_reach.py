@@ -12,16 +12,21 @@ code cancel it) and not followed further.
 
 from __future__ import annotations
 
+import enum
 import gc
+import os
+import queue
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 import trio
 import trio.testing
 
+TRIO_DIR = os.path.dirname(trio.__file__)
 _LEAF = frozenset({int, float, complex, str, bytes, bool, type(None), bytearray, range})
 _OPAQUE: frozenset[type] = frozenset({types.ModuleType, types.CodeType, trio.lowlevel.Task,
                                       trio.lowlevel.TrioToken})  # fmt: skip
@@ -42,12 +47,19 @@ def _trio_opaque() -> frozenset[type]:
 class Reach:
     """Everything reachable from the roots added so far; ``id(obj) in reach`` asks."""
 
-    def __init__(self, stop: Iterable[object], limit: int) -> None:
+    def __init__(
+        self, stop: Iterable[object], limit: int, *, shared: Reach | None = None
+    ) -> None:
+        """``shared``: a Reach whose stop set and module dicts this one reads (not copies)."""
         self.limit = limit
-        self._stop = {id(obj) for obj in stop}
+        self._stop: set[int] = shared._stop if shared else {id(obj) for obj in stop}
+        self._own: set[int] = set()
+        """ids of the chain added, which the stop set must not stop."""
         self._seen: set[int] = set()
         self._keep: list[object] = []  # keeps every id valid while the analysis runs
-        self._module_dicts = {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
+        self._module_dicts: set[int] = shared._module_dicts if shared else {
+            id(vars(m)) for m in list(sys.modules.values()) if m is not None
+        }
         self._opaque = _OPAQUE | _trio_opaque()
         self._open_types = False
         self.scopes: set[int] = set()
@@ -55,51 +67,62 @@ class Reach:
         self.handles: list[Any] = []
         """Channel endpoints reached: tether handles and trio memory channels."""
         self._handle_types = _handle_types()
+        self._is_ref: dict[type, _Weak] = {}
+        self.unfollowed = ""
+        """What reachable object could lead further than the analysis can follow (``""``:
+        nothing): a deadlock is then never declared."""
 
     def __contains__(self, obj: object) -> bool:
         return id(obj) in self._seen
 
     def add_chain(self, chain: Iterable[object]) -> None:
         """A task's await chain (its coroutines): each one's locals and stack."""
-        roots: list[object] = []
-        for obj in chain:
-            self._stop.discard(id(obj))
-            roots.append(obj)
+        roots = list(chain)
+        self._own.update(id(obj) for obj in roots)
         self.add(roots)
 
     def add_globals(self) -> None:
         """Every module's state, classes included: what any running code can import."""
         self._open_types = True
-        self._module_dicts.clear()
+        self._module_dicts = set()  # its own: another Reach may share the old one
         self.add([vars(m) for m in list(sys.modules.values()) if m is not None])
 
-    def add_threads(self, skip: set[int]) -> list[str]:
+    def add_threads(self, skip: set[int]) -> tuple[list[str], list[object]]:
         """Each thread but those in ``skip`` (by ident), through its ``Thread`` object (target,
-        arguments, attributes); the names of those that count as running code."""
-        names = []
+        arguments, attributes) and the locals of every frame it is running (a work item a pool
+        worker took, a queue a loop reads): the names of those that count as running code, and
+        the roots of those parked in ``trio.from_thread``, which run again only once the trio
+        side answers them."""
+        names: list[str] = []
+        parked: list[object] = []
         frames = sys._current_frames()
         for thread in threading.enumerate():
             if thread.ident in skip or thread.ident == threading.get_ident():
                 continue
-            job = _trio_job(thread, frames.get(thread.ident or 0))
-            if job is None:
+            top = frames.get(thread.ident or 0)
+            if _trio_job(thread, top) is None:
                 continue  # an idle worker of trio's thread cache: it runs nothing
+            stack = _stack(top)
+            roots = [thread, *(value for frame in stack for value in _locals(frame))]
+            if _parked_on_trio(stack):
+                parked.extend(roots)
+                continue
             names.append(thread.name)
-            self.add([thread, *job])
-        return names
+            self.add(roots)
+        return names, parked
 
     def add(self, roots: Iterable[object]) -> None:
         stack: list[Any] = list(roots)
-        seen, keep, stop = self._seen, self._keep, self._stop
+        seen, keep, stop, own = self._seen, self._keep, self._stop, self._own
         opaque, module_dicts, handle_types = self._opaque, self._module_dicts, self._handle_types
-        scope_type, nursery_type = trio.CancelScope, trio.Nursery
+        scope_type, nursery_type, is_ref = trio.CancelScope, trio.Nursery, self._is_ref
         while stack:
             obj = stack.pop()
             kind = type(obj)
             if kind in _LEAF:
                 continue
             key = id(obj)
-            if key in seen or key in stop:
+            if key in seen or (key in stop and key not in own):
                 continue
             seen.add(key)
             keep.append(obj)
@@ -126,6 +149,13 @@ class Reach:
                 continue
             if kind in handle_types:
                 self.handles.append(obj)
+            weak = is_ref.get(kind)
+            if weak is None:
+                weak = is_ref[kind] = _weak_kind(kind)
+            if weak is _Weak.REF:
+                stack.append(obj())  # what code holding the reference can get back
+            elif weak is _Weak.PROXY:
+                self.unfollowed = "a weak proxy (weakref.proxy), which it cannot follow"
             stack.extend(gc.get_referents(obj))
 
 
@@ -156,6 +186,82 @@ def _handle_types() -> frozenset[type]:
     tether = {Sender, WeakSender, Receiver, OneshotSender, OneshotReceiver, WatchSender,
               WatchReceiver}  # fmt: skip
     return frozenset({*tether, trio.MemorySendChannel, trio.MemoryReceiveChannel})
+
+
+class _Weak(enum.Enum):
+    """How a type holds another object weakly."""
+
+    NO = enum.auto()
+    REF = enum.auto()
+    PROXY = enum.auto()
+
+
+def _weak_kind(kind: type) -> _Weak:
+    if issubclass(kind, weakref.ref):
+        return _Weak.REF
+    if issubclass(kind, weakref.ProxyTypes):
+        return _Weak.PROXY
+    return _Weak.NO
+
+
+def _stack(frame: types.FrameType | None) -> list[types.FrameType]:
+    """A thread's frames, innermost first."""
+    found = []
+    while frame is not None:
+        found.append(frame)
+        frame = frame.f_back
+    return found
+
+
+def _locals(frame: types.FrameType) -> Iterable[object]:
+    """A running frame's local values (a module-level frame's are its module's state, which
+    ``add_globals`` adds when it must). On 3.11 and 3.12 this materialises ``f_locals``, a
+    snapshot a trace function could later write back: reading is all done here."""
+    names = frame.f_locals
+    if names is frame.f_globals:
+        return ()
+    return list(names.values())
+
+
+def _parked_on_trio(stack: list[types.FrameType]) -> bool:
+    """Whether the thread waits in ``trio.from_thread`` for the trio side to answer: its
+    ``_send_message_to_trio`` frame is blocked in the queue's ``get`` (a ``SimpleQueue``'s,
+    in C, or a ``Queue``'s, waiting on its condition). Anywhere else in there it may still be
+    handing its function to trio, or holding the answer, and counts as running."""
+    for index, frame in enumerate(stack):
+        code = frame.f_code
+        if code.co_name != "_send_message_to_trio" or not code.co_filename.startswith(TRIO_DIR):
+            continue
+        if index == 0:
+            return frame.f_lasti == _get_call(code)
+        inner, innermost = stack[index - 1], stack[0]
+        return (
+            inner.f_code.co_name == "get"
+            and inner.f_code.co_filename == queue.__file__
+            and innermost.f_code.co_name == "wait"
+            and innermost.f_code.co_filename == threading.__file__
+        )
+    return False
+
+
+_GET_CALLS: dict[types.CodeType, int | None] = {}
+
+
+def _get_call(code: types.CodeType) -> int | None:
+    """The offset of the call of ``.get`` in ``code`` (a frame blocked in that C call has it as
+    its last instruction)."""
+    if code not in _GET_CALLS:
+        import dis
+
+        found, after_get = None, False
+        for instruction in dis.get_instructions(code):
+            if instruction.argval == "get" and instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                after_get = True
+            elif after_get and instruction.opname.startswith("CALL"):
+                found = instruction.offset
+                break
+        _GET_CALLS[code] = found
+    return _GET_CALLS[code]
 
 
 def _trio_job(thread: threading.Thread, frame: types.FrameType | None) -> list[object] | None:

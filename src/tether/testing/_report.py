@@ -47,16 +47,22 @@ class Holders:
 
     def __init__(self, chains: dict[trio.lowlevel.Task, list[Any]]) -> None:
         self._chains = chains
-        self._stop = [obj for chain in chains.values() for obj in chain]
+        self._base = Reach([obj for chain in chains.values() for obj in chain], 400_000)
         self._reach: dict[trio.lowlevel.Task, Reach | None] = {}
+        self._of: dict[int, list[str]] = {}
 
     def of(self, obj: object) -> list[str]:
+        if id(obj) not in self._of:
+            self._of[id(obj)] = self._find(obj)
+        return self._of[id(obj)]
+
+    def _find(self, obj: object) -> list[str]:
         names = []
         for task, chain in self._chains.items():
             if task.name in INTERNAL:
                 continue
             if task not in self._reach:
-                reach: Reach | None = Reach(self._stop, 400_000)
+                reach: Reach | None = Reach((), 400_000, shared=self._base)
                 try:
                     reach.add_chain(chain)  # type: ignore[union-attr]
                 except TooLarge:
@@ -71,18 +77,48 @@ class Holders:
         names = self.of(obj)
         if not names:
             return "no task (a global, a thread or garbage)"
-        return ", ".join(f"task {name!r}" for name in names)
+        return ("task " if len(names) == 1 else "tasks ") + named(names)
+
+
+def named(names: list[str], shown: int = 5) -> str:
+    """Task names for a report, bounded: each distinct name once with its count, the first
+    ``shown`` of them (2,000 tasks called ``worker`` make one entry, not 2,000)."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    parts = [repr(n) if c == 1 else f"{n!r} (x{c})" for n, c in list(counts.items())[:shown]]
+    rest = sum(list(counts.values())[shown:])
+    return ", ".join(parts) + (f" and {rest} more" if rest else "")
+
+
+def grouped(entries: list[tuple[str, list[str]]], shown: int = 40) -> list[str]:
+    """Report lines for ``(task name, [its line, its details...])`` entries: tasks whose lines
+    are the same make one entry naming how many they are; at most ``shown`` entries."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, lines in entries:
+        groups.setdefault(tuple(lines), []).append(name)
+    out: list[str] = []
+    for same, names in list(groups.items())[:shown]:
+        who = f"task {names[0]!r} waits" if len(names) == 1 else (
+            f"{len(names)} tasks ({named(names)}) wait"
+        )
+        out.append(f"  {who} at {same[0]}")
+        out.extend(f"    {line}" for line in same[1:])
+    if len(groups) > shown:
+        left = sum(len(names) for names in list(groups.values())[shown:])
+        out.append(f"  and {left} more tasks elsewhere")
+    return out
 
 
 def deadlock_report(verdict: Verdict, chains: dict[trio.lowlevel.Task, list[Any]]) -> str:
     """The head line and every deadlocked task with what it waits on and who holds that."""
     holders = Holders(chains)
-    lines = []
-    for task, blocked in verdict.stuck.items():
-        if not shown(task, chains[task]):
-            continue
-        lines.append(f"  task {task.name!r} waits at {where(blocked.wait.frame)}")
-        lines.extend(f"    {line}" for line in _detail(blocked, holders))
+    entries = [
+        (task.name, [where(blocked.wait.frame), *_detail(blocked, holders)])
+        for task, blocked in verdict.stuck.items()
+        if shown(task, chains[task])
+    ]
+    lines = grouped(entries)
     alive = [*verdict.running, *(f"task {t.name!r}" for t in verdict.woken if shown(t, chains[t]))]
     if alive:
         others = ", ".join(alive[:4]) + (" ..." if len(alive) > 4 else "")
@@ -112,11 +148,10 @@ def _detail(blocked: Blocked, holders: Holders) -> list[str]:
         owner = obj.statistics().owner
         out = [f"on {obj!r}: owned by task {owner.name!r}" if owner else f"on {obj!r}"]
     elif kind is WaitKind.LIMITER:
-        names = ", ".join(repr(getattr(b, "name", b)) for b in obj.statistics().borrowers)
+        names = named([str(getattr(b, "name", b)) for b in obj.statistics().borrowers])
         out = [f"on {obj!r}: borrowed by {names or 'nobody'}"]
     elif kind is WaitKind.NURSERY:
-        names = ", ".join(sorted(repr(child.name) for child in obj.child_tasks))
-        out = [f"for its nursery's children: {names}"]
+        out = [f"for its nursery's children: {named(sorted(c.name for c in obj.child_tasks))}"]
     elif kind is WaitKind.SLEEP:
         out = ["sleeping, and nothing that runs can cancel it"]
     elif obj is not None:
@@ -155,13 +190,14 @@ def _tether(kind: WaitKind, state: Any, holders: Holders) -> list[str]:
 def timeout_report(chains: dict[trio.lowlevel.Task, list[Any]]) -> str:
     """Every task's line, and for one on a tether channel, who holds its senders."""
     holders = Holders(chains)
-    lines = []
+    entries = []
     for task, chain in chains.items():
         if not shown(task, chain):
             continue
         frames = [frame_of(obj) for obj in chain]
         wait = classify(task, frames)
-        lines.append(f"  task {task.name!r} waits at {where(user_frame(frames))}")
+        lines = [where(user_frame(frames))]
         if wait.kind is WaitKind.TETHER_RECEIVE:
-            lines.extend(f"    {line}" for line in _tether(wait.kind, wait.obj, holders))
-    return "\n".join(lines) if lines else "  (no task to show)"
+            lines.extend(_tether(wait.kind, wait.obj, holders))
+        entries.append((task.name, lines))
+    return "\n".join(grouped(entries)) or "  (no task to show)"

@@ -85,7 +85,7 @@ def analyse(
     try:
         for task in running:
             reach.add_chain(chains[task])
-        threads = reach.add_threads(skip_threads)
+        threads, parked = reach.add_threads(skip_threads)
         handlers = _signal_handlers()
         reach.add(handlers.values())
         reach.add(extra_roots)
@@ -93,10 +93,12 @@ def analyse(
         alive += [f"the handler of {name}" for name in handlers]
         if extra_roots:
             alive.append("callbacks queued by threads")
-        woken = _fixpoint(waits, chains, reach, bool(alive), timeout_left)
+        woken = _fixpoint(waits, chains, reach, bool(alive), timeout_left, parked)
     except TooLarge as exc:
         return Verdict({}, {}, (), f"the analysis gave up: {exc}")
     stuck = {t: b for t, b in waits.items() if t not in woken}
+    if stuck and reach.unfollowed:
+        return Verdict({}, woken, tuple(alive), f"running code reaches {reach.unfollowed}")
     if stuck and not any(_endless(b, reach, timeout_left) for b in stuck.values()):
         note = "the tasks left asleep only sleep until a deadline past the test's timeout"
         return Verdict({}, woken, tuple(alive), note)
@@ -109,6 +111,7 @@ def _fixpoint(
     reach: Reach,
     code_runs: bool,
     timeout_left: float,
+    parked: list[object],
 ) -> dict[trio.lowlevel.Task, str]:
     woken: dict[trio.lowlevel.Task, str] = {}
     with_globals = False
@@ -121,6 +124,10 @@ def _fixpoint(
             if why is not None:
                 woken[task] = why
                 reach.add_chain(chains[task])
+                # A woken task may be the one answering a thread parked in
+                # ``trio.from_thread``: that thread may run again.
+                reach.add(parked)
+                parked = []
                 code_runs = progress = True
         if progress:
             continue

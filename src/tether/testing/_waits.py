@@ -14,6 +14,7 @@ import enum
 import gc
 import inspect
 import os
+import sys
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -154,11 +155,27 @@ def _frame(obj: Any) -> types.FrameType | None:
     return frame
 
 
+_WRAPPERS = ("anyio", "outcome", "pytest_trio", "_pytest", "pluggy", "sniffio")
+"""Libraries whose frames stand between a test and trio (anyio's Event wraps trio's): a report
+names the line of the test's code, not theirs."""
+
+
+def library_dirs() -> tuple[str, ...]:
+    """trio's, tether's and the wrappers' directories (those imported)."""
+    dirs = [TRIO_DIR, _TETHER]
+    for name in _WRAPPERS:
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            dirs.append(os.path.dirname(path) + os.sep)
+    return tuple(dirs)
+
+
 def user_frame(frames: list[types.FrameType]) -> types.FrameType | None:
-    """The innermost frame outside trio and tether: the line a report names."""
+    """The innermost frame outside trio, tether and the libraries that wrap them: the line a
+    report names."""
+    libraries = library_dirs()
     for frame in reversed(frames):
-        path = frame.f_code.co_filename
-        if not path.startswith((TRIO_DIR, _TETHER)):
+        if not frame.f_code.co_filename.startswith(libraries):
             return frame
     return frames[-1] if frames else None
 
