@@ -613,10 +613,18 @@ def test_uncheckable_types_are_refused_at_creation() -> None:
     tx.close()
 
 
-def test_capacity_must_be_a_whole_number_or_infinite() -> None:
-    for bad in (-1, 1.5, math.nan):
-        with pytest.raises(ValueError, match="capacity"):
-            tether.channel(int, bad)
+def test_capacity_is_validated_as_trio_does() -> None:
+    """Issue 32: a non-integer (even ``1.0``) is a TypeError, a negative a ValueError, as for
+    ``trio.open_memory_channel``."""
+    for bad in (1.5, 1.0, math.nan, "1"):
+        with pytest.raises(TypeError, match="capacity"):
+            tether.channel(int, bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            trio.open_memory_channel[int](bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="capacity"):
+        tether.channel(int, -1)
+    tx, _ = tether.channel(int, math.inf)
+    tx.close()
 
 
 # --- introspection and construction ----------------------------------------------------------
@@ -636,7 +644,10 @@ async def test_statistics_reports_every_field() -> None:
         "receiver_closed": False,
         "tasks_waiting_send": 0,
         "tasks_waiting_recv": 0,
+        "receivers": 1,
+        "peak_buffer_used": 1,
     }
+    assert tx.statistics() == stats
     del weak
     tx.close()
 

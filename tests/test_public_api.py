@@ -24,11 +24,13 @@ import tether.wire
 PUBLIC = {
     "tether.channels": {
         "ChannelClosed",
+        "ChannelEnded",
         "ChannelStatistics",
         "Holder",
         "OneshotReceiver",
         "OneshotSender",
         "Receiver",
+        "ReceiverClosed",
         "SendError",
         "Sender",
         "WatchReceiver",

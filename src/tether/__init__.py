@@ -54,6 +54,7 @@ __all__ = [
     "StartFailed",
     "QueuedPrompt",
     "ChannelClosed",
+    "ChannelEnded",
     "ChannelStatistics",
     "Child",
     "ChildGroup",
@@ -73,6 +74,7 @@ __all__ = [
     "ToolFailed",
     "ToolStall",
     "Receiver",
+    "ReceiverClosed",
     "SendError",
     "Sender",
     "OwnedElsewhere",
@@ -116,6 +118,8 @@ _LAYER = {
     "StartFailed": "agentd",
     "Unconfirmed": "agentd",
     "ChannelClosed": "channels",
+    "ChannelEnded": "channels",
+    "ReceiverClosed": "channels",
     "ChannelStatistics": "channels",
     "Holder": "channels",
     "OneshotReceiver": "channels",
@@ -241,11 +245,13 @@ if TYPE_CHECKING:
     from .agentd import StartFailed as StartFailed
     from .agentd import Unconfirmed as Unconfirmed
     from .channels import ChannelClosed as ChannelClosed
+    from .channels import ChannelEnded as ChannelEnded
     from .channels import ChannelStatistics as ChannelStatistics
     from .channels import Holder as Holder
     from .channels import OneshotReceiver as OneshotReceiver
     from .channels import OneshotSender as OneshotSender
     from .channels import Receiver as Receiver
+    from .channels import ReceiverClosed as ReceiverClosed
     from .channels import Sender as Sender
     from .channels import SendError as SendError
     from .channels import WatchReceiver as WatchReceiver

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import inspect
 import logging
 import os
@@ -13,7 +14,7 @@ from typing import Any, NoReturn, TypeVar
 T = TypeVar("T")
 
 
-class NoPublicConstructor(type):
+class NoPublicConstructor(abc.ABCMeta):
     """Metaclass for endpoints that only a factory may create (``channel()``, ``oneshot()``...).
 
     ``Cls(...)`` raises ``TypeError``; the implementation calls ``Cls._create(...)``.

@@ -6,6 +6,8 @@ forever, and ``holders()`` says who keeps a channel open when it does not.
 
 from .._util import reexport
 from ._errors import ChannelClosed as ChannelClosed
+from ._errors import ChannelEnded as ChannelEnded
+from ._errors import ReceiverClosed as ReceiverClosed
 from ._errors import SendError as SendError
 from ._handles import Holder as Holder
 from ._mpsc import ChannelStatistics as ChannelStatistics
@@ -22,11 +24,13 @@ from ._watch import watch as watch
 
 __all__ = [
     "ChannelClosed",
+    "ChannelEnded",
     "ChannelStatistics",
     "Holder",
     "OneshotReceiver",
     "OneshotSender",
     "Receiver",
+    "ReceiverClosed",
     "SendError",
     "Sender",
     "WatchReceiver",

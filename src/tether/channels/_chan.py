@@ -14,7 +14,7 @@ from trio.lowlevel import (
     reschedule,
 )
 
-from ._errors import ChannelClosed, SendError
+from ._errors import ChannelClosed, ChannelEnded, ReceiverClosed, SendError
 from ._handles import SharedState, wake_all
 from ._typecheck import ClassSpec, describe
 
@@ -44,6 +44,35 @@ class ChannelStatistics:
     """Tasks parked in ``send`` because the buffer is full."""
     tasks_waiting_recv: int
     """Tasks parked in ``recv`` / ``recv_many`` because the buffer is empty."""
+    receivers: int = 1
+    """Receiver handles not closed (``Receiver.clone()`` makes more)."""
+    peak_buffer_used: int = 0
+    """The most items the buffer has held at once (trio's name)."""
+
+    @property
+    def current_buffer_used(self) -> int:
+        """trio's name for ``buffered``."""
+        return self.buffered
+
+    @property
+    def max_buffer_size(self) -> float:
+        """trio's name for ``capacity``."""
+        return self.capacity
+
+    @property
+    def open_send_channels(self) -> int:
+        """trio's name for ``strong_count``."""
+        return self.strong_count
+
+    @property
+    def open_receive_channels(self) -> int:
+        """trio's name for ``receivers``."""
+        return self.receivers
+
+    @property
+    def tasks_waiting_receive(self) -> int:
+        """trio's name for ``tasks_waiting_recv``."""
+        return self.tasks_waiting_recv
 
 
 @attrs.define(slots=True, eq=False, repr=False)
@@ -54,9 +83,15 @@ class _Chan(SharedState, Generic[T]):
     types: ClassSpec | None = None
     buffer: deque[T] = attrs.field(factory=deque)
     send_tasks: OrderedDict[Task, tuple[T, Sender[T]]] = attrs.field(factory=OrderedDict)
-    recv_tasks: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
+    recv_tasks: OrderedDict[Task, object] = attrs.field(factory=OrderedDict)
+    """Tasks parked in ``recv``, each with the receiver handle it waits on."""
     closed_waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
     rx_closed: bool = False
+    rx_reason: str | None = None
+    receivers: int = 1
+    """Receiver handles not closed; the last one closed closes the receiving side."""
+    peak: int = 0
+    """The most items the buffer has held."""
     weak: weakref.WeakSet[WeakSender[T]] = attrs.field(factory=weakref.WeakSet)
 
     def _last_sender_gone(self) -> None:
@@ -65,22 +100,38 @@ class _Chan(SharedState, Generic[T]):
 
     def closed_error(self) -> ChannelClosed:
         if self.rx_closed:
-            return ChannelClosed(f"{self.label} was closed by its receiver")
-        return ChannelClosed(f"every sender of {self.label} is closed")
+            return ReceiverClosed(f"{self.label} was closed by its receiver", reason=self.rx_reason)
+        return ChannelEnded(f"every sender of {self.label} is closed", reason=self.tx_reason)
 
-    def close_receiver(self, drop_buffer: bool) -> None:
+    def close_receiver(self, drop_buffer: bool, reason: str | None = None) -> None:
         """Refuse further sends; wake everyone waiting. Idempotent, never raises."""
         if drop_buffer:
             self.buffer.clear()
         if self.rx_closed:
             return
         self.rx_closed = True
+        self.rx_reason = reason
         send_tasks = self.send_tasks
         while send_tasks:
             task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task, Error(SendError(value)))
+            reschedule(task, Error(SendError(value, reason=reason)))
         wake_all(self.recv_tasks, self.closed_error)
         wake_all(self.closed_waiters)
+
+    def statistics(self) -> ChannelStatistics:
+        """A snapshot of the channel's counts."""
+        return ChannelStatistics(
+            name=self.name,
+            capacity=self.capacity,
+            buffered=len(self.buffer),
+            strong_count=len(self.live),
+            weak_count=len(self.weak),
+            receiver_closed=self.rx_closed,
+            tasks_waiting_send=len(self.send_tasks),
+            tasks_waiting_recv=len(self.recv_tasks),
+            receivers=self.receivers,
+            peak_buffer_used=self.peak,
+        )
 
     def take(self, limit: int) -> list[T]:
         """Up to ``limit`` items in order: the buffer first, then parked senders' values."""
@@ -99,6 +150,7 @@ class _Chan(SharedState, Generic[T]):
             task, (value, _) = send_tasks.popitem(last=False)
             reschedule(task)
             buffer.append(value)
+        self.peak = max(self.peak, len(buffer))
         return out
 
 

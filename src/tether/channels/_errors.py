@@ -1,8 +1,15 @@
-"""The two errors of tether.channels: the other side is gone, and what was not delivered."""
+"""The errors of tether.channels: the other side is gone, and what was not delivered.
+
+``ChannelClosed`` is the one name a tether user catches; each error raised is also the error
+trio code expects in its place (``trio.EndOfChannel``, ``trio.ClosedResourceError``,
+``trio.BrokenResourceError``), so a library written against trio's channels handles it.
+"""
 
 from __future__ import annotations
 
 from typing import Generic, TypeVar
+
+import trio
 
 T = TypeVar("T")
 
@@ -14,11 +21,26 @@ class ChannelClosed(Exception):
     ``changed`` / ``await oneshot_rx`` when their senders went away without a new value.
     """
 
+    def __init__(self, message: str = "", *, reason: str | None = None) -> None:
+        super().__init__(f"{message}: {reason}" if reason else message)
+        self.reason = reason
+        """Why the other side closed, when it said (``close(reason=...)``): ``None`` if not."""
 
-class SendError(ChannelClosed, Generic[T]):
-    """A send found the receiver gone; the value that was not delivered is in ``value``."""
 
-    def __init__(self, value: T) -> None:
-        super().__init__("the receiver is closed; the value was not delivered")
+class ChannelEnded(ChannelClosed, trio.EndOfChannel):
+    """Receiving found every sender gone and nothing buffered (trio's ``EndOfChannel``)."""
+
+
+class ReceiverClosed(ChannelClosed, trio.ClosedResourceError):
+    """Receiving on a receiver its owner closed, with nothing buffered (trio's
+    ``ClosedResourceError``: the handle was closed by whoever holds it)."""
+
+
+class SendError(ChannelClosed, trio.BrokenResourceError, Generic[T]):
+    """A send found the receiver gone (trio's ``BrokenResourceError``); the value that was not
+    delivered is in ``value``."""
+
+    def __init__(self, value: T, *, reason: str | None = None) -> None:
+        super().__init__("the receiver is closed; the value was not delivered", reason=reason)
         self.value: T = value
         """The value that could not be sent, handed back."""

@@ -67,6 +67,8 @@ class SharedState:
     When it becomes empty the send half of the channel is closed and ``_last_sender_gone`` runs."""
     token: trio.lowlevel.TrioToken | None = attrs.field(factory=current_token)
     """The trio run that last parked a task on this channel: where finalizers send releases."""
+    tx_reason: str | None = None
+    """Why the senders closed, as the last ``close(reason=...)`` of a sender said."""
     _next_key: int = 0
     kind: ClassVar[str] = "channel"
 
@@ -130,7 +132,7 @@ class Closeable:
 
     __slots__ = ()
 
-    def close(self) -> None:
+    def close(self, reason: str | None = None) -> None:
         raise NotImplementedError
 
     def __enter__(self) -> Self:
@@ -197,14 +199,18 @@ class StrongHandle(Closeable):
         """Hook: the handle is about to release its reference (wake its own parked tasks)."""
 
     @trio.lowlevel.enable_ki_protection
-    def close(self) -> None:
+    def close(self, reason: str | None = None) -> None:
         """Drop this handle's reference; the last strong sender closed closes the channel.
 
-        Idempotent, not a checkpoint, and a no-op on a handle that was moved.
+        ``reason`` (``"superseded by epoch 8"``) is what the receiver's ``ChannelClosed.reason``
+        says once the channel is closed. Idempotent, not a checkpoint, and a no-op on a handle
+        that was moved.
         """
         key = self._key
         if key is None:
             return
+        if reason is not None:
+            self._shared.tx_reason = reason
         self._closing()
         self._key = None
         self._shared.release(key)
@@ -242,7 +248,7 @@ async def park(waiters: dict[trio.lowlevel.Task, None], shared: SharedState) -> 
 
 
 def wake_all(
-    waiters: dict[trio.lowlevel.Task, None],
+    waiters: dict[trio.lowlevel.Task, Any],
     error: Callable[[], BaseException] | None = None,
 ) -> None:
     """Reschedule every parked task, oldest first, with ``None`` or raising a fresh ``error()``."""

@@ -72,8 +72,10 @@ def channel(
         check_types: ``False`` skips the ``isinstance`` check.
 
     Raises:
-        ValueError: ``capacity`` is negative or a non-integer other than ``math.inf``.
-        TypeError: ``item_type`` cannot be checked at run time and ``check_types`` is on.
+        TypeError: ``capacity`` is not an integer or ``math.inf`` (as trio's
+            ``open_memory_channel``), or ``item_type`` cannot be checked at run time and
+            ``check_types`` is on.
+        ValueError: ``capacity`` is negative.
 
     Example:
         ```python
@@ -87,20 +89,23 @@ def channel(
             assert [i async for i in rx] == [0, 1, 2]
         ```
     """
-    if not (capacity == math.inf or (capacity >= 0 and float(capacity).is_integer())):
-        raise ValueError(f"capacity must be an integer >= 0 or math.inf, not {capacity!r}")
+    if capacity != math.inf and not isinstance(capacity, int):
+        raise TypeError(f"capacity must be an integer or math.inf, not {capacity!r}")
+    if capacity < 0:
+        raise ValueError(f"capacity must be >= 0, not {capacity!r}")
     types = isinstance_spec(item_type) if check_types else None
     chan: _Chan[Any] = _Chan(name, capacity=capacity, types=types)
     return Sender._create(chan, None, 2), Receiver._create(chan)
 
 
 @final
-class Sender(StrongHandle, _Counts, Generic[T], metaclass=NoPublicConstructor):
+class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicConstructor):
     """The send half of a ``channel()``: a counted reference that keeps the channel open.
 
     Created by ``channel()``, ``clone()``, ``move()`` and ``WeakSender.upgrade()``. Close it
     (``close()``, ``with``, ``async with``) when done; one dropped while open is closed by its
-    finalizer with a ``ResourceWarning`` naming where it was created.
+    finalizer with a ``ResourceWarning`` naming where it was created. It is a
+    ``trio.abc.SendChannel``: code written for trio's channels takes it.
     """
 
     __slots__ = ("_chan",)
@@ -134,13 +139,16 @@ class Sender(StrongHandle, _Counts, Generic[T], metaclass=NoPublicConstructor):
             raise wrong_type(value, types)
         await checkpoint_if_cancelled()
         if chan.rx_closed:
-            raise SendError(value)
+            raise SendError(value, reason=chan.rx_reason)
         recv_tasks = chan.recv_tasks
+        buffered = len(chan.buffer)
         if recv_tasks:
             task, _ = recv_tasks.popitem(last=False)
             reschedule(task, Value(value))
-        elif len(chan.buffer) < chan.capacity:
+        elif buffered < chan.capacity:
             chan.buffer.append(value)
+            if buffered >= chan.peak:
+                chan.peak = buffered + 1
         else:
             task = current_task()
             send_tasks = chan.send_tasks
@@ -174,15 +182,21 @@ class Sender(StrongHandle, _Counts, Generic[T], metaclass=NoPublicConstructor):
         if types is not None and not isinstance(value, types):
             raise wrong_type(value, types)
         if chan.rx_closed:
-            raise SendError(value)
+            raise SendError(value, reason=chan.rx_reason)
         recv_tasks = chan.recv_tasks
+        buffered = len(chan.buffer)
         if recv_tasks:
             task, _ = recv_tasks.popitem(last=False)
             reschedule(task, Value(value))
-        elif len(chan.buffer) < chan.capacity:
+        elif buffered < chan.capacity:
             chan.buffer.append(value)
+            if buffered >= chan.peak:
+                chan.peak = buffered + 1
         else:
             raise trio.WouldBlock
+
+    send_nowait = try_send
+    """trio's name for ``try_send``."""
 
     def clone(self, *, name: str | None = None) -> Sender[T]:
         """One more strong sender; the channel stays open until it is closed too."""
@@ -213,6 +227,10 @@ class Sender(StrongHandle, _Counts, Generic[T], metaclass=NoPublicConstructor):
     def is_closed(self) -> bool:
         """Whether the receiver is closed or dropped (sends will fail)."""
         return self._chan.rx_closed
+
+    def statistics(self) -> ChannelStatistics:
+        """A snapshot of the channel's counts (the same as the receiver's)."""
+        return self._chan.statistics()
 
     @enable_ki_protection
     async def closed(self) -> None:

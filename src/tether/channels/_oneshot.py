@@ -22,7 +22,7 @@ from trio.lowlevel import (
 )
 
 from .._util import NoPublicConstructor
-from ._errors import ChannelClosed, SendError
+from ._errors import ChannelClosed, ChannelEnded, SendError
 from ._handles import Closeable, Holder, SharedState, StrongHandle, park, wake_all
 from ._typecheck import ClassSpec, describe, isinstance_spec
 
@@ -38,6 +38,7 @@ class _Oneshot(SharedState, Generic[T]):
     stage: int = _PENDING
     value: T | None = None
     rx_closed: bool = False
+    rx_reason: str | None = None
     recv_tasks: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
     closed_waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
 
@@ -46,11 +47,12 @@ class _Oneshot(SharedState, Generic[T]):
             wake_all(self.recv_tasks, self.unsent_error)
 
     def unsent_error(self) -> ChannelClosed:
-        return ChannelClosed(f"{self.label}: the sender was dropped unsent")
+        return ChannelEnded(f"{self.label}: the sender was dropped unsent", reason=self.tx_reason)
 
-    def close_receiver(self) -> None:
+    def close_receiver(self, reason: str | None = None) -> None:
         if not self.rx_closed:
             self.rx_closed = True
+            self.rx_reason = reason
             wake_all(self.recv_tasks, self.unsent_error)
             wake_all(self.closed_waiters)
 
@@ -118,7 +120,7 @@ class OneshotSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
                 f"this oneshot carries {describe(state.types)}, not {type(value).__qualname__}"
             )
         if state.rx_closed:
-            raise SendError(value)
+            raise SendError(value, reason=state.rx_reason)
         state.value = value
         state.stage = _SENT
         if state.recv_tasks:
@@ -207,9 +209,11 @@ class OneshotReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
             raise state.unsent_error()
 
     @enable_ki_protection
-    def close(self) -> None:
-        """Refuse the value from now on; one already sent stays receivable. Idempotent."""
-        self._state.close_receiver()
+    def close(self, reason: str | None = None) -> None:
+        """Refuse the value from now on; one already sent stays receivable. Idempotent.
+
+        A later ``send`` raises ``SendError`` whose ``reason`` is ``reason``."""
+        self._state.close_receiver(reason)
 
     def __del__(self) -> None:
         state = getattr(self, "_state", None)

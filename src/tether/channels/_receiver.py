@@ -3,9 +3,10 @@ or dropped, and names who keeps it open (``holders()``)."""
 
 from __future__ import annotations
 
-from typing import Generic, Protocol, Self, TypeVar, final
+from typing import Protocol, Self, TypeVar, final
 
 import trio
+from outcome import Error
 from trio.lowlevel import (
     Abort,
     cancel_shielded_checkpoint,
@@ -19,7 +20,7 @@ from trio.lowlevel import (
 
 from .._util import NoPublicConstructor
 from ._chan import ChannelStatistics, _Chan, _Counts
-from ._errors import ChannelClosed
+from ._errors import ChannelClosed, ReceiverClosed
 from ._handles import Closeable, Holder
 
 T = TypeVar("T")
@@ -36,18 +37,23 @@ class Observer(Protocol[T_contra]):
 
 
 @final
-class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
-    """The receive half of a ``channel()``; there is exactly one.
+class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPublicConstructor):
+    """The receive half of a ``channel()``; ``clone()`` makes more (each item goes to one).
 
     ``recv`` raises ``ChannelClosed`` once every strong sender is gone and the buffer is
-    drained; ``async for`` then ends. Dropping the receiver closes it and discards the buffer.
+    drained; ``async for`` then ends. Dropping the last receiver closes the channel's
+    receiving side and discards the buffer.
+    It is a ``trio.abc.ReceiveChannel`` (``receive`` is ``recv``), and its errors are the ones
+    trio code expects: ``trio.EndOfChannel`` at the end, ``trio.ClosedResourceError`` once it
+    is closed.
     """
 
-    __slots__ = ("_chan", "_observer")
+    __slots__ = ("_chan", "_closed", "_observer")
     _chan: _Chan[T]
 
     def __init__(self, chan: _Chan[T]) -> None:
         self._chan = chan
+        self._closed = False
         self._observer: Observer[T] | None = None
 
     def observe(self, observer: Observer[T] | None) -> None:
@@ -74,6 +80,8 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
         Cancel safety: if cancelled, no item was taken.
         """
         chan = self._chan
+        if self._closed and not chan.rx_closed:
+            raise self._handle_closed()
         await checkpoint_if_cancelled()
         observer = self._observer
         if observer is not None:
@@ -94,7 +102,7 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
             raise chan.closed_error()
         task = current_task()
         recv_tasks = chan.recv_tasks
-        recv_tasks[task] = None
+        recv_tasks[task] = self
         task.custom_sleep_data = chan
         chan.token = current_trio_token()
 
@@ -107,6 +115,9 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
             observer.took(item)
         return item
 
+    receive = recv
+    """trio's name for ``recv`` (``trio.abc.ReceiveChannel``)."""
+
     @enable_ki_protection
     def try_recv(self) -> T:
         """The next item if one is ready; not a checkpoint.
@@ -116,6 +127,8 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
             ChannelClosed: nothing is buffered and no sender remains (or the receiver closed).
         """
         chan = self._chan
+        if self._closed and not chan.rx_closed:
+            raise self._handle_closed()
         observer = self._observer
         if observer is not None:
             observer.waiting()
@@ -133,6 +146,25 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
         if chan.rx_closed or not chan.live:
             raise chan.closed_error()
         raise trio.WouldBlock
+
+    receive_nowait = try_recv
+    """trio's name for ``try_recv``."""
+
+    def _handle_closed(self) -> ReceiverClosed:
+        """This handle was closed while clones stay open: its share goes to them."""
+        return ReceiverClosed(f"this receiver of {self._chan.label} was closed")
+
+    def clone(self) -> Receiver[T]:
+        """Another receiver of the same channel: each item goes to exactly one of them, and
+        the receiving side closes when the last is closed (fan-out to a pool of workers).
+
+        Raises:
+            trio.ClosedResourceError: this receiver was closed.
+        """
+        if self._closed:
+            raise self._handle_closed()
+        self._chan.receivers += 1
+        return Receiver._create(self._chan)
 
     @enable_ki_protection
     async def recv_many(self, limit: int) -> list[T]:
@@ -169,18 +201,34 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
         return batch
 
     @enable_ki_protection
-    def close(self) -> None:
+    def close(self, reason: str | None = None) -> None:
         """Refuse further sends; what is buffered stays receivable. Idempotent.
 
-        Tasks parked in ``send`` get ``SendError`` with their value back; ``Sender.closed()``
-        returns.
+        Tasks parked in ``send`` get ``SendError`` with their value back, and ``reason`` as
+        its ``reason``; ``Sender.closed()`` returns. With clones open, only this handle closes
+        (it can no longer receive) until the last of them is closed.
         """
-        self._chan.close_receiver(drop_buffer=False)
+        if self._closed:
+            return
+        self._closed = True
+        chan = self._chan
+        chan.receivers -= 1
+        if chan.receivers <= 0:
+            chan.close_receiver(drop_buffer=False, reason=reason)
+            return
+        recv_tasks = chan.recv_tasks
+        for task in [task for task, handle in recv_tasks.items() if handle is self]:
+            del recv_tasks[task]
+            reschedule(task, Error(self._handle_closed()))
 
     def __del__(self) -> None:
         chan = getattr(self, "_chan", None)
-        if chan is not None and (not chan.rx_closed or chan.buffer):
-            chan.call_soon(chan.close_receiver, True)
+        if chan is None or getattr(self, "_closed", True):
+            if chan is not None and chan.rx_closed and chan.buffer and chan.receivers <= 0:
+                chan.call_soon(chan.close_receiver, True)
+            return
+        self._closed = True
+        chan.call_soon(_drop_receiver, chan)
 
     def holders(self) -> tuple[Holder, ...]:
         """The live strong senders (oldest first): who keeps this channel open, and where."""
@@ -188,17 +236,7 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
 
     def statistics(self) -> ChannelStatistics:
         """A snapshot of the channel's counts."""
-        chan = self._chan
-        return ChannelStatistics(
-            name=chan.name,
-            capacity=chan.capacity,
-            buffered=len(chan.buffer),
-            strong_count=len(chan.live),
-            weak_count=len(chan.weak),
-            receiver_closed=chan.rx_closed,
-            tasks_waiting_send=len(chan.send_tasks),
-            tasks_waiting_recv=len(chan.recv_tasks),
-        )
+        return self._chan.statistics()
 
     def __aiter__(self) -> Self:
         return self
@@ -208,3 +246,11 @@ class Receiver(Closeable, _Counts, Generic[T], metaclass=NoPublicConstructor):
             return await self.recv()
         except ChannelClosed:
             raise StopAsyncIteration from None
+
+
+def _drop_receiver(chan: _Chan[object]) -> None:
+    """A receiver was dropped unclosed: the last one gone closes the side and drops the
+    buffer (nobody is left to receive it)."""
+    chan.receivers -= 1
+    if chan.receivers <= 0:
+        chan.close_receiver(drop_buffer=True)

@@ -15,7 +15,7 @@ import trio
 from trio.lowlevel import Task, cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from .._util import NoPublicConstructor
-from ._errors import ChannelClosed, SendError
+from ._errors import ChannelClosed, ChannelEnded, SendError
 from ._handles import Closeable, Holder, SharedState, StrongHandle, park, wake_all
 
 T = TypeVar("T")
@@ -198,7 +198,8 @@ class WatchReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
         self._seen = state.version
 
     def _closed_error(self) -> ChannelClosed:
-        return ChannelClosed(f"every sender of {self._state.label} is closed")
+        state = self._state
+        return ChannelEnded(f"every sender of {state.label} is closed", reason=state.tx_reason)
 
     def clone(self) -> WatchReceiver[T]:
         """Another receiver that has seen what this one has seen."""
@@ -207,8 +208,10 @@ class WatchReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
         self._state.receivers += 1
         return WatchReceiver._create(self._state, self._seen)
 
-    def close(self) -> None:
-        """Drop this receiver; when the last goes, senders fail and ``closed()`` returns."""
+    def close(self, reason: str | None = None) -> None:
+        """Drop this receiver; when the last goes, senders fail and ``closed()`` returns.
+
+        ``reason`` is accepted for symmetry with the other handles; a watch keeps none."""
         if not self._closed:
             self._closed = True
             self._state.drop_receiver()

@@ -77,6 +77,15 @@ class LoopResult:
     """For ``SUPERSEDED``: why, when the daemon said (``stalled: ...``); for
     ``TRANSCRIPT_FAILED``: the journal's error."""
 
+    def describe(self) -> str:
+        """Why the engine's command channel closed: its ``ChannelClosed.reason``."""
+        if self.ending is Ending.SUPERSEDED:
+            said = f" ({self.reason})" if self.reason else ""
+            return f"superseded by epoch {self.current}{said}"
+        if self.ending is Ending.TRANSCRIPT_FAILED:
+            return f"a prompt could not be recorded: {self.reason}"
+        return str(self.ending.value)
+
 
 async def connection_loop(
     commands: Sender[Command],
@@ -96,7 +105,7 @@ async def connection_loop(
     me = psutil.Process(os.getpid())
     hello = Hello(session, epoch, me.pid, me.create_time(), REVISION)
     ending: list[LoopResult] = []
-    with commands:
+    try:
         async with trio.open_nursery() as nursery:
 
             async def pump() -> None:
@@ -111,6 +120,9 @@ async def connection_loop(
             nursery.start_soon(pump, name="inbox pump")
             ending.append(await _reconnecting(hello, inbox, agentd, reconnect_for, report))
             nursery.cancel_scope.cancel()
+    finally:
+        # The engine's ``recv`` says why its commands ended (ADR 0039).
+        commands.close(reason=ending[0].describe() if ending else None)
     return ending[0]
 
 
