@@ -18,6 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 SCRIPTS = [
     "channels",
+    "channels_extra",
     "process",
     "tools",
     "parity",

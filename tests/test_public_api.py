@@ -23,12 +23,17 @@ import tether.wire
 
 PUBLIC = {
     "tether.channels": {
+        "BroadcastReceiver",
+        "BroadcastSender",
+        "Lagged",
+        "broadcast",
         "ChannelClosed",
         "ChannelEnded",
         "ChannelStatistics",
         "Holder",
         "OneshotReceiver",
         "OneshotSender",
+        "Permit",
         "Receiver",
         "ReceiverClosed",
         "SendError",

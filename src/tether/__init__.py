@@ -75,6 +75,11 @@ __all__ = [
     "ToolStall",
     "Receiver",
     "ReceiverClosed",
+    "BroadcastReceiver",
+    "BroadcastSender",
+    "Lagged",
+    "broadcast",
+    "Permit",
     "SendError",
     "Sender",
     "OwnedElsewhere",
@@ -120,6 +125,11 @@ _LAYER = {
     "ChannelClosed": "channels",
     "ChannelEnded": "channels",
     "ReceiverClosed": "channels",
+    "BroadcastReceiver": "channels",
+    "BroadcastSender": "channels",
+    "Lagged": "channels",
+    "broadcast": "channels",
+    "Permit": "channels",
     "ChannelStatistics": "channels",
     "Holder": "channels",
     "OneshotReceiver": "channels",
@@ -244,12 +254,16 @@ if TYPE_CHECKING:
     from .agentd import StallPolicy as StallPolicy
     from .agentd import StartFailed as StartFailed
     from .agentd import Unconfirmed as Unconfirmed
+    from .channels import BroadcastReceiver as BroadcastReceiver
+    from .channels import BroadcastSender as BroadcastSender
     from .channels import ChannelClosed as ChannelClosed
     from .channels import ChannelEnded as ChannelEnded
     from .channels import ChannelStatistics as ChannelStatistics
     from .channels import Holder as Holder
+    from .channels import Lagged as Lagged
     from .channels import OneshotReceiver as OneshotReceiver
     from .channels import OneshotSender as OneshotSender
+    from .channels import Permit as Permit
     from .channels import Receiver as Receiver
     from .channels import ReceiverClosed as ReceiverClosed
     from .channels import Sender as Sender
@@ -257,6 +271,7 @@ if TYPE_CHECKING:
     from .channels import WatchReceiver as WatchReceiver
     from .channels import WatchSender as WatchSender
     from .channels import WeakSender as WeakSender
+    from .channels import broadcast as broadcast
     from .channels import channel as channel
     from .channels import oneshot as oneshot
     from .channels import watch as watch

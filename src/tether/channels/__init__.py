@@ -5,6 +5,10 @@ forever, and ``holders()`` says who keeps a channel open when it does not.
 """
 
 from .._util import reexport
+from ._broadcast import BroadcastReceiver as BroadcastReceiver
+from ._broadcast import BroadcastSender as BroadcastSender
+from ._broadcast import Lagged as Lagged
+from ._broadcast import broadcast as broadcast
 from ._errors import ChannelClosed as ChannelClosed
 from ._errors import ChannelEnded as ChannelEnded
 from ._errors import ReceiverClosed as ReceiverClosed
@@ -18,17 +22,23 @@ from ._mpsc import channel as channel
 from ._oneshot import OneshotReceiver as OneshotReceiver
 from ._oneshot import OneshotSender as OneshotSender
 from ._oneshot import oneshot as oneshot
+from ._permit import Permit as Permit
 from ._watch import WatchReceiver as WatchReceiver
 from ._watch import WatchSender as WatchSender
 from ._watch import watch as watch
 
 __all__ = [
+    "BroadcastReceiver",
+    "BroadcastSender",
+    "Lagged",
+    "broadcast",
     "ChannelClosed",
     "ChannelEnded",
     "ChannelStatistics",
     "Holder",
     "OneshotReceiver",
     "OneshotSender",
+    "Permit",
     "Receiver",
     "ReceiverClosed",
     "SendError",

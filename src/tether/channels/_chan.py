@@ -8,7 +8,7 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
-from outcome import Error
+from outcome import Error, Value
 from trio.lowlevel import (
     Task,
     reschedule,
@@ -16,7 +16,8 @@ from trio.lowlevel import (
 
 from ._errors import ChannelClosed, ChannelEnded, ReceiverClosed, SendError
 from ._handles import SharedState, wake_all
-from ._typecheck import ClassSpec, describe
+from ._permit import Reserve, new_permit
+from ._typecheck import ClassSpec
 
 if TYPE_CHECKING:
     from ._mpsc import Sender, WeakSender
@@ -92,11 +93,34 @@ class _Chan(SharedState, Generic[T]):
     """Receiver handles not closed; the last one closed closes the receiving side."""
     peak: int = 0
     """The most items the buffer has held."""
+    reserved: int = 0
+    """Slots held by permits (``Sender.reserve()``) not yet used or given back."""
     weak: weakref.WeakSet[WeakSender[T]] = attrs.field(factory=weakref.WeakSet)
 
     def _last_sender_gone(self) -> None:
-        # A task parks in recv only while the buffer is empty, so nothing more can come.
-        wake_all(self.recv_tasks, self.closed_error)
+        # A task parks in recv only while the buffer is empty, so nothing more can come
+        # (unless a permit is still held: its value may).
+        if not self.reserved:
+            wake_all(self.recv_tasks, self.closed_error)
+
+    def may_admit(self) -> bool:
+        """Whether a receive now lets the oldest parked sender in: the item it takes frees a
+        slot that no permit holds (a rendezvous always hands the value over)."""
+        if self.capacity == 0:
+            return True
+        held = len(self.buffer) - (1 if self.buffer else 0) + self.reserved
+        return held < self.capacity
+
+    def admit(self) -> None:
+        """A slot is free: the oldest parked sender's value goes into the buffer, or the oldest
+        parked ``reserve()`` gets the slot as a permit."""
+        task, (value, _) = self.send_tasks.popitem(last=False)
+        if value is Reserve.SLOT:
+            self.reserved += 1
+            reschedule(task, Value(new_permit(self)))
+        else:
+            reschedule(task)
+            self.buffer.append(value)
 
     def closed_error(self) -> ChannelClosed:
         if self.rx_closed:
@@ -114,7 +138,8 @@ class _Chan(SharedState, Generic[T]):
         send_tasks = self.send_tasks
         while send_tasks:
             task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task, Error(SendError(value, reason=reason)))
+            lost = None if value is Reserve.SLOT else value
+            reschedule(task, Error(SendError(lost, reason=reason)))
         wake_all(self.recv_tasks, self.closed_error)
         wake_all(self.closed_waiters)
 
@@ -142,14 +167,12 @@ class _Chan(SharedState, Generic[T]):
         else:
             out = [buffer.popleft() for _ in range(limit)]
         send_tasks = self.send_tasks
-        while send_tasks and len(out) < limit:
-            task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task)
-            out.append(value)
-        while send_tasks and len(buffer) < self.capacity:
-            task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task)
-            buffer.append(value)
+        while send_tasks and len(out) < limit and self.may_admit():
+            self.admit()
+            if buffer:
+                out.append(buffer.popleft())
+        while send_tasks and len(buffer) + self.reserved < self.capacity:
+            self.admit()
         self.peak = max(self.peak, len(buffer))
         return out
 
@@ -170,8 +193,3 @@ class _Counts:
         """Live weak senders of this channel."""
         return len(self._chan.weak)
 
-
-def wrong_type(value: object, types: ClassSpec) -> TypeError:
-    return TypeError(
-        f"this channel carries {describe(types)}, not {type(value).__qualname__}: {value!r:.80}"
-    )

@@ -26,11 +26,12 @@ from trio.lowlevel import (
 )
 
 from .._util import NoPublicConstructor
-from ._chan import ChannelStatistics, _Chan, _Counts, wrong_type
+from ._chan import ChannelStatistics, _Chan, _Counts
 from ._errors import SendError
 from ._handles import StrongHandle, park
+from ._permit import Permit, Reserve, new_permit
 from ._receiver import Receiver
-from ._typecheck import isinstance_spec
+from ._typecheck import isinstance_spec, wrong_type
 
 __all__ = ["ChannelStatistics", "Receiver", "Sender", "WeakSender", "channel"]
 
@@ -145,7 +146,7 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
         if recv_tasks:
             task, _ = recv_tasks.popitem(last=False)
             reschedule(task, Value(value))
-        elif buffered < chan.capacity:
+        elif buffered + chan.reserved < chan.capacity:
             chan.buffer.append(value)
             if buffered >= chan.peak:
                 chan.peak = buffered + 1
@@ -188,7 +189,7 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
         if recv_tasks:
             task, _ = recv_tasks.popitem(last=False)
             reschedule(task, Value(value))
-        elif buffered < chan.capacity:
+        elif buffered + chan.reserved < chan.capacity:
             chan.buffer.append(value)
             if buffered >= chan.peak:
                 chan.peak = buffered + 1
@@ -197,6 +198,46 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
 
     send_nowait = try_send
     """trio's name for ``try_send``."""
+
+    @enable_ki_protection
+    async def reserve(self) -> Permit[T]:
+        """Hold room for one value before it exists, waiting while the buffer is full; the
+        ``Permit``'s ``send`` then never waits and never fails for lack of room (tokio's
+        ``reserve``). A permit closed or dropped unused gives the room back.
+
+        Raises:
+            ValueError: the channel has no buffer (capacity 0: a value is handed over, not
+                stored, so there is no room to hold).
+            SendError: the receiver is closed (``.value`` is ``None``).
+            trio.ClosedResourceError, RuntimeError: as for ``send``.
+
+        Cancel safety: if cancelled, nothing is held.
+        """
+        chan = self._chan
+        if self._key is None:
+            self._unusable()
+        if chan.capacity == 0:
+            raise ValueError(f"reserve() needs a buffer; {chan.label} has capacity 0")
+        await checkpoint_if_cancelled()
+        if chan.rx_closed:
+            raise SendError(None, reason=chan.rx_reason)
+        if len(chan.buffer) + chan.reserved < chan.capacity and not chan.send_tasks:
+            chan.reserved += 1
+            permit: Permit[T] = new_permit(chan)
+            await cancel_shielded_checkpoint()
+            return permit
+        task = current_task()
+        send_tasks = chan.send_tasks
+        send_tasks[task] = (Reserve.SLOT, self)  # type: ignore[assignment]
+        task.custom_sleep_data = chan
+        chan.token = current_trio_token()
+
+        def abort(_: object) -> Abort:
+            del send_tasks[task]
+            return Abort.SUCCEEDED
+
+        granted: Permit[T] = await wait_task_rescheduled(abort)
+        return granted
 
     def clone(self, *, name: str | None = None) -> Sender[T]:
         """One more strong sender; the channel stays open until it is closed too."""

@@ -88,17 +88,15 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
             observer.waiting()
         buffer = chan.buffer
         send_tasks = chan.send_tasks
-        if send_tasks:
-            task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task)
-            buffer.append(value)
+        if send_tasks and (not chan.reserved or chan.may_admit()):
+            chan.admit()
         if buffer:
             value = buffer.popleft()
             await cancel_shielded_checkpoint()
             if observer is not None:
                 observer.took(value)
             return value
-        if chan.rx_closed or not chan.live:
+        if chan.rx_closed or not (chan.live or chan.reserved):
             raise chan.closed_error()
         task = current_task()
         recv_tasks = chan.recv_tasks
@@ -134,16 +132,14 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
             observer.waiting()
         buffer = chan.buffer
         send_tasks = chan.send_tasks
-        if send_tasks:
-            task, (value, _) = send_tasks.popitem(last=False)
-            reschedule(task)
-            buffer.append(value)
+        if send_tasks and (not chan.reserved or chan.may_admit()):
+            chan.admit()
         if buffer:
             value = buffer.popleft()
             if observer is not None:
                 observer.took(value)
             return value
-        if chan.rx_closed or not chan.live:
+        if chan.rx_closed or not (chan.live or chan.reserved):
             raise chan.closed_error()
         raise trio.WouldBlock
 

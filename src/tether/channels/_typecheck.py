@@ -67,3 +67,10 @@ def describe(spec: ClassSpec) -> str:
     """``spec`` as a reader writes it: ``int | str``."""
     classes = spec if isinstance(spec, tuple) else (spec,)
     return " | ".join(cls.__qualname__ for cls in classes)
+
+
+def wrong_type(value: object, types: ClassSpec) -> TypeError:
+    """The error of a send whose value is not of the channel's element type."""
+    return TypeError(
+        f"this channel carries {describe(types)}, not {type(value).__qualname__}: {value!r:.80}"
+    )

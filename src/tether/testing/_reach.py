@@ -178,13 +178,14 @@ def _full(cell: types.CellType) -> bool:
 
 
 def _handle_types() -> frozenset[type]:
+    from ..channels._broadcast import BroadcastReceiver, BroadcastSender
     from ..channels._mpsc import Sender, WeakSender
     from ..channels._oneshot import OneshotReceiver, OneshotSender
     from ..channels._receiver import Receiver
     from ..channels._watch import WatchReceiver, WatchSender
 
     tether = {Sender, WeakSender, Receiver, OneshotSender, OneshotReceiver, WatchSender,
-              WatchReceiver}  # fmt: skip
+              WatchReceiver, BroadcastSender, BroadcastReceiver}  # fmt: skip
     return frozenset({*tether, trio.MemorySendChannel, trio.MemoryReceiveChannel})
 
 
