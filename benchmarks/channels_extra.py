@@ -14,19 +14,14 @@ import argparse
 import gc
 import math
 import sys
-import time
 
 import trio
 
 import tether
+from channels import _split, _trio_timed, run_trio
 
 CAPACITIES = (1, 64, 1024)
 PRODUCERS = (1, 4)
-
-
-def _split(messages: int, producers: int) -> list[range]:
-    share = messages // producers
-    return [range(i * share, (i + 1) * share) for i in range(producers)]
 
 
 def run_reserve(capacity: int, producers: int, messages: int) -> float:
@@ -46,26 +41,7 @@ def run_reserve(capacity: int, producers: int, messages: int) -> float:
             async for _ in rx:
                 pass
 
-    return _timed(main)
-
-
-def run_trio(capacity: int, producers: int, messages: int) -> float:
-    async def main() -> None:
-        tx, rx = trio.open_memory_channel[int](capacity)
-
-        async def produce(sender: trio.MemorySendChannel[int], items: range) -> None:
-            async with sender:
-                for i in items:
-                    await sender.send(i)
-
-        async with trio.open_nursery() as nursery:
-            for items in _split(messages, producers):
-                nursery.start_soon(produce, tx.clone(), items)
-            await tx.aclose()
-            async for _ in rx:
-                pass
-
-    return _timed(main)
+    return _trio_timed(main)
 
 
 def run_broadcast(subscribers: int, messages: int) -> float:
@@ -85,7 +61,7 @@ def run_broadcast(subscribers: int, messages: int) -> float:
                 for i in range(messages):
                     tx.send(i)
 
-    return _timed(main)
+    return _trio_timed(main)
 
 
 def run_fan_out(subscribers: int, messages: int) -> float:
@@ -106,16 +82,7 @@ def run_fan_out(subscribers: int, messages: int) -> float:
             for tx, _ in pairs:
                 await tx.aclose()
 
-    return _timed(main)
-
-
-def _timed(main: object) -> float:
-    async def timed() -> float:
-        start = time.perf_counter()
-        await main()  # type: ignore[operator]
-        return time.perf_counter() - start
-
-    return trio.run(timed)
+    return _trio_timed(main)
 
 
 def best(runner: object, capacity: int, producers: int, messages: int, rounds: int) -> float:

@@ -27,8 +27,7 @@ tether_timeout = 30
 RUNS = int(os.environ.get("TETHER_SOUNDNESS_RUNS", "3"))
 """Runs of each working program (``make torture``: 20)."""
 
-WORKING = """import concurrent.futures, queue, threading, time, weakref
-import pytest, trio
+WORKING = control.HEADER + """
 
 DELAY = 0.8   # eight cushions
 
@@ -74,17 +73,6 @@ async def test_a_worker_fed_by_a_queue(run):
     jobs.put(event)
     await event.wait()
 
-class Registry:
-    def __init__(self):
-        self.callbacks = []
-    def register(self, method):
-        self.callbacks.append(weakref.WeakMethod(method))
-    def fire(self):
-        for ref in self.callbacks:
-            method = ref()
-            if method is not None:
-                method()
-
 class Waiter:
     def __init__(self, token):
         self.event = trio.Event()
@@ -115,7 +103,7 @@ async def test_a_weak_proxy_held_by_a_thread(run):
 
 def test_working_programs_woken_from_outside_pass_every_run(pytester: pytest.Pytester) -> None:
     pytester.makeini(INI)
-    pytester.makepyfile(test_ok=WORKING.replace("RUNS", str(RUNS)))
+    pytester.makepyfile(test_ok=WORKING.replace("range(RUNS)", f"range({RUNS})"))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=600)
     result.assert_outcomes(passed=7 * RUNS)
 
