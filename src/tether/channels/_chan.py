@@ -16,7 +16,7 @@ from trio.lowlevel import (
 
 from ._errors import ChannelClosed, ChannelEnded, ReceiverClosed, SendError
 from ._handles import SharedState, wake_all
-from ._permit import Reserve, new_permit
+from ._permit import SLOT, new_permit
 from ._typecheck import ClassSpec
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class _Chan(SharedState, Generic[T]):
         """A slot is free: the oldest parked sender's value goes into the buffer, or the oldest
         parked ``reserve()`` gets the slot as a permit."""
         task, (value, _) = self.send_tasks.popitem(last=False)
-        if value is Reserve.SLOT:
+        if value is SLOT:
             self.reserved += 1
             reschedule(task, Value(new_permit(self)))
         else:
@@ -138,7 +138,7 @@ class _Chan(SharedState, Generic[T]):
         send_tasks = self.send_tasks
         while send_tasks:
             task, (value, _) = send_tasks.popitem(last=False)
-            lost = None if value is Reserve.SLOT else value
+            lost = None if value is SLOT else value
             reschedule(task, Error(SendError(lost, reason=reason)))
         wake_all(self.recv_tasks, self.closed_error)
         wake_all(self.closed_waiters)

@@ -29,7 +29,7 @@ from .._util import NoPublicConstructor
 from ._chan import ChannelStatistics, _Chan, _Counts
 from ._errors import SendError
 from ._handles import StrongHandle, park
-from ._permit import Permit, Reserve, new_permit
+from ._permit import SLOT, Permit, new_permit
 from ._receiver import Receiver
 from ._typecheck import isinstance_spec, wrong_type
 
@@ -228,7 +228,7 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
             return permit
         task = current_task()
         send_tasks = chan.send_tasks
-        send_tasks[task] = (Reserve.SLOT, self)  # type: ignore[assignment]
+        send_tasks[task] = (SLOT, self)  # type: ignore[assignment]
         task.custom_sleep_data = chan
         chan.token = current_trio_token()
 

@@ -27,6 +27,11 @@ class Reserve(enum.Enum):
     SLOT = enum.auto()
 
 
+SLOT = Reserve.SLOT
+"""``Reserve.SLOT`` as a module constant: an enum member looked up on its class costs a
+lookup through the metaclass, and this is compared on every admitted sender."""
+
+
 @final
 class Permit(Closeable, Generic[T], metaclass=NoPublicConstructor):
     """One slot of a channel's buffer, held for this permit's one value."""
