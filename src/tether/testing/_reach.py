@@ -99,10 +99,9 @@ class Reach:
         for thread in threading.enumerate():
             if thread.ident in skip or thread.ident == threading.get_ident():
                 continue
-            top = frames.get(thread.ident or 0)
-            if _trio_job(thread, top) is None:
-                continue  # an idle worker of trio's thread cache: it runs nothing
-            stack = _stack(top)
+            stack = _stack(frames.get(thread.ident or 0))
+            if _idle_cache_worker(thread, stack):
+                continue  # it runs nothing until running code hands it a job
             roots = [thread, *(value for frame in stack for value in _locals(frame))]
             if _parked_on_trio(stack):
                 parked.extend(roots)
@@ -265,14 +264,13 @@ def _get_call(code: types.CodeType) -> int | None:
     return _GET_CALLS[code]
 
 
-def _trio_job(thread: threading.Thread, frame: types.FrameType | None) -> list[object] | None:
-    """What a thread of trio's thread cache runs (``fn`` and ``deliver``, held only by the
-    frame that runs them), ``[]`` for any other thread, ``None`` for an idle worker."""
+def _idle_cache_worker(thread: threading.Thread, stack: list[types.FrameType]) -> bool:
+    """Whether the thread is a worker of trio's thread cache with no job (no ``_handle_job``
+    frame of its own on its stack)."""
     worker = getattr(getattr(thread, "_target", None), "__self__", None)
     if type(worker).__module__ != "trio._core._thread_cache":
-        return []
-    while frame is not None:
-        if frame.f_code.co_name == "_handle_job" and frame.f_locals.get("self") is worker:
-            return list(frame.f_locals.values())
-        frame = frame.f_back
-    return None
+        return False
+    return not any(
+        frame.f_code.co_name == "_handle_job" and frame.f_locals.get("self") is worker
+        for frame in stack
+    )
