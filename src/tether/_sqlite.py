@@ -72,12 +72,20 @@ class SqliteFile:
     """The base of tether's SQLite-backed stores (the epoch store, the job store, the ledger):
     one ``Database`` on one file, a ``repr`` that names it, and ``aclose`` / ``async with``.
 
-    A subclass names its ``SCHEMA`` and ``KIND`` (for its worker thread's name) and passes
-    what differs (``synchronous``, ``busy_timeout``, an ``upgrade``) to ``__init__``.
+    A subclass names its schema and kind in its class statement
+    (``class JobStore(SqliteFile, schema=..., kind="jobs")``) and passes what differs
+    (``synchronous``, ``busy_timeout``, an ``upgrade``) to ``__init__``.
     """
 
     SCHEMA: ClassVar[str]
+    """The SQL that creates the store's tables."""
     KIND: ClassVar[str]
+    """What the store holds (``epochs``, ``jobs``, ``ledger``): its worker thread's name."""
+
+    def __init_subclass__(cls, *, schema: str, kind: str, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.SCHEMA = schema
+        cls.KIND = kind
 
     def __init__(
         self,

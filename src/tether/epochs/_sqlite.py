@@ -117,7 +117,7 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 
 
-class SqliteEpochStore(SqliteFile, FencedStore):
+class SqliteEpochStore(SqliteFile, FencedStore, schema=_SCHEMA, kind="epochs"):
     """The embedded ``EpochStore``: one SQLite file, shared safely by processes on one host.
 
     Args:
@@ -134,11 +134,6 @@ class SqliteEpochStore(SqliteFile, FencedStore):
         await store.check("s1", epoch)
         ```
     """
-
-    SCHEMA = _SCHEMA
-    """The SQL that creates the store's tables."""
-    KIND = "epochs"
-    """What the file holds, checked on open so another tether file is refused."""
 
     def __init__(
         self,

@@ -49,13 +49,8 @@ class Wake:
     """Whether the planner has been told."""
 
 
-class JobStore(SqliteFile):
+class JobStore(SqliteFile, schema=_SCHEMA, kind="jobs"):
     """Jobs by id, their owning controller, and the planner's outbox of wakes."""
-
-    SCHEMA = _SCHEMA
-    """The SQL that creates the store's tables."""
-    KIND = "jobs"
-    """What the file holds, checked on open so another tether file is refused."""
 
     def __init__(self, path: str | PathLike[str]) -> None:
         super().__init__(path)

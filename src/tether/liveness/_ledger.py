@@ -39,13 +39,8 @@ CREATE INDEX IF NOT EXISTS tools_by_name ON tools (name, outcome);
 """
 
 
-class Ledger(SqliteFile):
+class Ledger(SqliteFile, schema=_SCHEMA, kind="ledger"):
     """Turn statistics per route, and ``thresholds(route)`` derived from the healthy ones."""
-
-    SCHEMA = _SCHEMA
-    """The SQL that creates the ledger's tables."""
-    KIND = "ledger"
-    """What the file holds, checked on open so another tether file is refused."""
 
     def __init__(self, path: str | PathLike[str]) -> None:
         super().__init__(path)
