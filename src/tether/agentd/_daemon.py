@@ -139,7 +139,7 @@ class Agentd(SettingsView):
         """The epoch store that fences the sessions and keeps the outbox."""
         self._lease = lease_of(store)
         self.events = EventLog(host=self._lease.host or "")
-        """The session events: subscribe to them, or read the ones kept in memory."""
+        """The session events: appended to the event log and handed to each ``subscribe()``."""
         self._tasks = Tasks()
         self._clock = AwakeClock()
         self._sessions = Sessions(self.events)

@@ -129,9 +129,9 @@ class DeliveryFailed(AgentdError):
             + "; ".join(attempts),
         )
         self.prompt_id = prompt_id
-        """The prompt's id; it stays queued for the session's next harness."""
+        """The prompt's id, as in the outbox and the event log."""
         self.attempts = attempts
-        """How many attempts were made."""
+        """How each attempt failed, one line each."""
 
 
 class PromptTooLarge(AgentdError, ValueError):

@@ -120,9 +120,9 @@ class EtcdEpochStore(FencedStore):
         self.lease_ttl = lease_ttl
         """Seconds the host lease lives without a keepalive."""
         self.timeout = timeout
-        """Seconds one request may take before the next endpoint is tried."""
+        """Seconds every operation may take, across all endpoints."""
         self.keep_settled = keep_settled
-        """How many settled outbox rows are kept per session."""
+        """Seconds (at least) a settled prompt's outcome is kept before etcd drops it."""
         self.lease = HostLease(self.client, self.keys, host_id, lease_ttl)
         """The host lease that every owned session's keys are attached to."""
         self.outbox = EtcdOutbox(self.client, self.keys, keep_settled)

@@ -150,7 +150,7 @@ class SqliteEpochStore(SqliteFile, FencedStore, schema=_SCHEMA, kind="epochs"):
         """Reads on a connection and a thread of their own: in WAL mode they never wait for
         a lock, so a write queued behind another process's lock never holds up a read."""
         self.keep_settled = keep_settled
-        """How many settled outbox rows are kept per session, for ``tether events``."""
+        """Seconds (at least) a settled prompt's id and outcome are kept (see the class)."""
         self._identity: str | None = None
         self._bumps: GroupCommit[str, int] = GroupCommit(self._bump_all)
         self._inline: InlineBumps | None = None

@@ -77,7 +77,7 @@ class StoreInUse(Exception):
         self.path = path
         """The store's file."""
         self.pid = pid
-        """The pid of the live daemon that has it open."""
+        """The pid of the live daemon that has it open (``None``: it could not be read)."""
 
     def __reduce__(self) -> tuple[type[StoreInUse], tuple[str, int | None]]:
         return type(self), (self.path, self.pid)

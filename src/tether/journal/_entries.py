@@ -104,7 +104,7 @@ class Event:
     ts: str
     """When it was written (UTC, ISO 8601)."""
     kind: str
-    """What happened (``quarantined``, ``resumed``, ...)."""
+    """What happened (``quarantined``, ``tool_stalled``, ...)."""
     data: dict[str, Any]
     """Its details."""
     type: ClassVar[str] = "event"
