@@ -81,14 +81,9 @@ class Permit(Closeable, Generic[T], metaclass=NoPublicConstructor):
     def close(self, reason: str | None = None) -> None:
         """Give the slot back unused (a parked sender takes it); idempotent. ``reason`` is
         accepted as on every handle; a permit keeps none."""
-        if self._used:
-            return
-        self._used = True
-        chan = self._chan
-        chan.reserved -= 1
-        if chan.send_tasks and not chan.rx_closed:
-            chan.admit()
-        _ended_if_last(chan)
+        if not self._used:
+            self._used = True
+            _give_back(self._chan)
 
     def __del__(self) -> None:
         chan = getattr(self, "_chan", None)
@@ -107,7 +102,7 @@ def new_permit(chan: _Chan[T]) -> Permit[T]:
 
 
 def _give_back(chan: _Chan[Any]) -> None:
-    """A permit was dropped unused: its slot goes back."""
+    """A permit's slot goes back unused: to the next parked sender, if any."""
     chan.reserved -= 1
     if chan.send_tasks and not chan.rx_closed:
         chan.admit()
