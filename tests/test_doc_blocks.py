@@ -26,6 +26,8 @@ RUN_BY = {
     ("docs/guide.md", 1): "test_guide.py::test_the_guide_s_daemon_walk_through_runs_as_printed",
     ("docs/guide.md", 2): "test_the_deadlock_examples_fail_as_printed",
     ("docs/architecture.md", 0): "test_the_prompt_diagram_names_code_that_exists",
+    ("docs/inspect.md", 0): "test_the_inspect_example_prints_what_is_shown",
+    ("docs/inspect.md", 1): "test_the_inspect_example_prints_what_is_shown",
     ("docs/jobs.md", 0): "test_the_jobs_examples_run",
     ("docs/jobs.md", 1): "test_the_jobs_examples_run",
     ("docs/testing.md", 0): "test_the_deadlock_examples_fail_as_printed",
@@ -150,6 +152,19 @@ def test_the_jobs_examples_run(tmp_path: Path) -> None:
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert printed in done.stdout
+
+
+def test_the_inspect_example_prints_what_is_shown(tmp_path: Path) -> None:
+    """Saved as ``example.py`` and run from its directory, it prints the text shown (but the
+    time the snapshot took)."""
+    (tmp_path / "example.py").write_text(block("docs/inspect.md", 0))
+    done = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    took = re.compile(r"read in [0-9.]+ ms")
+    assert took.sub("", done.stdout) == took.sub("", block("docs/inspect.md", 1))
 
 
 def test_the_transcript_example_reads_as_a_transcript(tmp_path: Path) -> None:

@@ -156,6 +156,7 @@ LAYERS = [
     "wire",
     "liveness",
     "jobs",
+    "inspect",
     "harness",
     "agentd",
     "cli",

@@ -24,6 +24,7 @@ from ..wire import (
     Control,
     Error,
     Hello,
+    Inspection,
     Message,
     Pong,
     ProtocolError,
@@ -45,10 +46,11 @@ from ._state import SessionState
 
 logger = logging.getLogger("tether.agentd")
 
-REVISION = 4
+REVISION = 5
 """The wire revision this daemon speaks: it reads activity on pongs (2, ADR 0025), wants a
-pong every heartbeat unasked from a harness that can (3, ADR 0028), and counts a prompt
-delivered once a harness that can reports it recorded (4, ADR 0034)."""
+pong every heartbeat unasked from a harness that can (3, ADR 0028), counts a prompt
+delivered once a harness that can reports it recorded (4, ADR 0034), and asks a harness that
+can for an ``Inspection`` (5, ADR 0040)."""
 REPLY_TIMEOUT = 5.0
 """Seconds a peer has to read what the daemon sends it (a reply, a refusal) before its
 connection is closed."""
@@ -164,6 +166,8 @@ async def _read(link: Link, harness: Harness) -> None:
                 harness.activity = Activity.from_pong(message, link.last_pong)
         elif isinstance(message, Recorded):
             link.recorded(message.prompt_id)
+        elif isinstance(message, Inspection):
+            link.inspected(message.seq, message.snapshot)
         elif isinstance(message, Bye):
             return
         elif isinstance(message, Error):

@@ -18,6 +18,7 @@ from ..wire._control import ControlOp
 from ._connections import send_within
 from ._events import AgentEvent, EventLog
 from ._feeds import UnsafeFeed, stream_events, stream_log
+from ._inspection import Uninspectable
 from ._outcomes import (
     ANSWERED,
     AgentdError,
@@ -41,6 +42,7 @@ class NoSuchSession(AgentdError):
 EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_TEMPFAIL, EX_CONFIG = 65, 66, 69, 75, 78
 _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (NoSuchSession, EX_UNAVAILABLE),
+    (Uninspectable, EX_UNAVAILABLE),
     (UnsafeFeed, EX_NOINPUT),
     (SessionFailed, EX_UNAVAILABLE),
     (PromptTooLarge, EX_DATAERR),
@@ -78,6 +80,8 @@ class Operations(Protocol):
     async def deliver_later(self, session_name: str, prompt: str | Prompt) -> Queued: ...
 
     async def stop_agent(self, session_name: str) -> None: ...
+
+    async def inspect(self, session_name: str) -> dict[str, Any]: ...
 
     async def reset(self, session_name: str) -> None: ...
 
@@ -132,6 +136,8 @@ class ControlHandler:
             if not request.wait:
                 return attrs.asdict(await ops.deliver_later(request.session, prompt))
             return attrs.asdict(await ops.deliver(request.session, prompt))
+        if op is ControlOp.INSPECT:
+            return await ops.inspect(request.session)
         if op is ControlOp.STOP:
             await ops.stop_agent(request.session)
             return {"session": request.session, "state": SessionState.STOPPED}

@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import trio
 
@@ -39,6 +40,7 @@ from ._delivery import Outbox
 from ._events import AgentEvent, EventKind, EventLog
 from ._guard import Tasks
 from ._hosts import LeaseWatch, Takeover
+from ._inspection import inspect
 from ._judge import Judge
 from ._lease import SharedHost, lease_of
 from ._lifecycle import Harnesses
@@ -349,6 +351,17 @@ class Agentd(SettingsView):
             await self._records.save(session, None, state, keep_pid=False, quiet=False)
             session.become(state)
             self._sessions.emit(session, EventKind.RESET)
+
+    async def inspect(self, session_name: str) -> dict[str, Any]:
+        """A live snapshot of the session's harness (``tether inspect``): ``session``, ``pid``,
+        ``epoch``, ``state`` and ``snapshot``, its tasks, their waits, its turn, open tool
+        calls and last transcript entries (``tether.inspect.snapshot()`` in the harness).
+
+        Raises:
+            Uninspectable: no harness is attached, or it predates inspection (69).
+            InspectTimedOut: its connection loop did not answer within 5 s (75).
+        """
+        return await inspect(self._sessions.get(session_name))
 
     def status(self) -> list[SessionStatus]:
         """One row per session, sorted by name; while the host lease is not known alive,

@@ -8,16 +8,20 @@ that fails once is closed for good, and closing it ends the task that reads its 
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 
 from ..channels import ChannelClosed
 from ..process import ProcessRef
-from ..wire import Connection, Message, Ping, ProtocolError
+from ..wire import Connection, Inspect, Message, Ping, ProtocolError
 from ..wire._codec import ping_frame
 from ._awake import AwakeClock
 
 RECORD_REVISION = 4
 """The first harness revision that reports ``Recorded`` (ADR 0034)."""
+INSPECT_REVISION = 5
+"""The first harness revision that answers ``Inspect`` (ADR 0040)."""
 MAX_RECORDED = 10_000
 """Reported ids a link keeps; beyond it the oldest are dropped (a waiter that comes later
 sends its prompt again and is answered anew)."""
@@ -39,6 +43,8 @@ class Link:
         self.ref = ref
         self.epoch = epoch
         self.clock = clock
+        self.revision = revision
+        """The harness's wire revision (its ``Hello``'s)."""
         self.records = revision >= RECORD_REVISION
         """The harness reports each prompt recorded (``Recorded``); an older one is only
         known to have read it."""
@@ -57,6 +63,9 @@ class Link:
         self._send_lock = trio.Lock()
         self._seq = 0
         self._acked = 0
+        self._inspections: dict[int, dict[str, Any]] = {}
+        """Answers to ``Inspect`` not yet taken, by seq."""
+        self._inspect_seq = 0
         self._changed: trio.Event | None = None
         """Set when a pong arrives or the link closes, for whoever waits (made on demand)."""
 
@@ -135,6 +144,28 @@ class Link:
                 self._changed = trio.Event()
             await self._changed.wait()
         return prompt_id in self._recorded
+
+    def inspected(self, seq: int, snapshot: dict[str, Any]) -> None:
+        """The harness answers ``Inspect(seq)``; an answer nobody asked for is dropped."""
+        if 0 < seq <= self._inspect_seq and seq not in self._inspections:
+            self._inspections[seq] = snapshot
+            self._wake()
+
+    async def inspect(self) -> dict[str, Any] | None:
+        """Ask the harness for a snapshot and wait for it; ``None`` if the link closes first.
+        The caller bounds the wait: a harness whose loop is stuck never answers."""
+        self._inspect_seq += 1
+        seq = self._inspect_seq
+        try:
+            if not await self.send(Inspect(seq)):
+                return None
+            while seq not in self._inspections and not self.closed:
+                if self._changed is None:
+                    self._changed = trio.Event()
+                await self._changed.wait()
+            return self._inspections.get(seq)
+        finally:
+            self._inspections.pop(seq, None)
 
     async def roundtrip(self) -> bool:
         """Ping now and wait for the answer; ``False`` if the link closes first. Every message

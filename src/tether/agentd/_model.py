@@ -127,6 +127,9 @@ class Session:
     stall_detail: str | None = None
     """The last stall's description, kept in the record while the stall lasts (so a restarted
     daemon shows it before the harness's first pong)."""
+    waits: str = ""
+    """While it is stalled: where its engine waits, as its harness's snapshot summarises it
+    (``tether inspect``; empty: not known)."""
     known: bool = False
     """Whether a harness was ever recorded for it (the next spawn is then a restart)."""
     last_event: str = ""

@@ -88,6 +88,9 @@ class SessionStatus:
     ``quantile`` or ``given``."""
     next_attempt: float | None = None
     """Seconds until its next restart is allowed (its backoff), if one is due."""
+    waits: str = ""
+    """For a ``stalled`` session: where its engine waits, in one line (``tether inspect``
+    shows the whole; empty: not known, or a harness that predates it)."""
 
     def to_json(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in _STATUS_FIELDS}

@@ -89,7 +89,8 @@ class Sessions:
             code=code,
             reason=reason,
         )
-        session.last_event = kind if not detail else f"{kind}: {detail}"
+        said = detail.startswith(f"{kind}:")  # a stall's description names itself
+        session.last_event = detail if said else kind if not detail else f"{kind}: {detail}"
         self.events.emit(event)
 
     def status(self, confirmed: bool, now: float, stall_after: float) -> list[SessionStatus]:
@@ -122,6 +123,7 @@ class Sessions:
                     threshold=threshold if activity and activity.busy else None,
                     threshold_source=source if activity and activity.busy else "",
                     next_attempt=round(due - wall, 3) if due is not None and due > wall else None,
+                    waits=session.waits if state is SessionState.STALLED else "",
                 )
             )
         return rows

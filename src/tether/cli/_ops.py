@@ -1,5 +1,5 @@
 """The commands that talk to a running daemon over its socket: ``ps``, ``start``, ``send``,
-``stop``, ``reset``, and the operator's ``events`` and ``logs``."""
+``stop``, ``reset``, and the operator's ``events``, ``logs`` and ``inspect``."""
 
 from __future__ import annotations
 
@@ -94,6 +94,13 @@ def add_commands(commands: Any) -> None:
     events.add_argument(
         "--lines", "-n", type=positive(int), default=20, help="how many past events first"
     )
+    inspect = command(
+        ControlOp.INSPECT, "show inside a session's live harness: every task, where it waits"
+        " and on what (a channel and who holds it, a lock, a tool's processes), its turn",
+        "tether inspect s1",
+    )  # fmt: skip
+    inspect.add_argument("session", help="the session's name")
+    inspect.add_argument("--json", action="store_true", help="the snapshot as one JSON document")
     logs = command(ControlOp.LOGS, "show a session's harness log", "tether logs s1 -f")
     logs.add_argument("session", help="the session's name")
     logs.add_argument("--follow", "-f", action="store_true", help="keep showing what is added")
@@ -127,6 +134,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         raise
     if op is ControlOp.PS:
         out.write(_ps(result, args))
+    elif op is ControlOp.INSPECT:
+        out.write(_inspected(result, as_json=args.json))
     else:
         out.write(json.dumps(result) + "\n")
     return 0
@@ -147,6 +156,16 @@ def _ps(result: dict[str, Any], args: argparse.Namespace) -> str:
     if args.json:
         return json.dumps({"sessions": rows}, indent=2) + "\n"
     return table(rows, headers=not args.no_headers)
+
+
+def _inspected(result: dict[str, Any], *, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(result, indent=2) + "\n"
+    from ..inspect._render import render
+
+    head = (f"session {result['session']}: harness pid {result['pid']}, epoch {result['epoch']},"
+            f" {result['state']}")  # fmt: skip
+    return head + "\n" + render(result["snapshot"])
 
 
 async def _watch(args: argparse.Namespace, out: TextIO) -> int:

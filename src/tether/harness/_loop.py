@@ -31,6 +31,8 @@ from ..wire import (
     Connection,
     Error,
     Hello,
+    Inspect,
+    Inspection,
     Nudge,
     Ping,
     Pong,
@@ -53,7 +55,9 @@ BEAT_REVISION = 3
 """The first wire revision whose daemon wants a pong every heartbeat, unasked (a beat)."""
 RECORD_REVISION = 4
 """The first wire revision whose daemon waits for ``Recorded`` (ADR 0034)."""
-REVISION = RECORD_REVISION
+INSPECT_REVISION = 5
+"""The first wire revision whose daemon may ask for an ``Inspection`` (ADR 0040)."""
+REVISION = INSPECT_REVISION
 """The wire revision this harness speaks (in its ``Hello``)."""
 MIN_BEAT = 0.01
 """Seconds between beats at the least, whatever heartbeat a daemon asks for."""
@@ -96,12 +100,14 @@ async def connection_loop(
     agentd: str,
     reconnect_for: float,
     report: Callable[[], dict[str, Any]] | None = None,
+    inspect: Callable[[int], Inspection] | None = None,
 ) -> LoopResult:
     """Run until superseded, the daemon stays gone, the engine's channel closes or a prompt
     cannot be recorded; the sender is closed on return.
 
     ``report`` gives the activity fields of each ``Pong`` (ADR 0025), for a daemon that
-    reads them (``Welcome.revision`` 2 or later)."""
+    reads them (``Welcome.revision`` 2 or later); ``inspect(seq)`` answers an ``Inspect``
+    (none: the harness says it cannot)."""
     me = psutil.Process(os.getpid())
     hello = Hello(session, epoch, me.pid, me.create_time(), REVISION)
     ending: list[LoopResult] = []
@@ -118,7 +124,8 @@ async def connection_loop(
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(pump, name="inbox pump")
-            ending.append(await _reconnecting(hello, inbox, agentd, reconnect_for, report))
+            answers = _Answers(report, inspect)
+            ending.append(await _reconnecting(hello, inbox, agentd, reconnect_for, answers))
             nursery.cancel_scope.cancel()
     finally:
         # The engine's ``recv`` says why its commands ended (ADR 0039).
@@ -131,7 +138,7 @@ async def _reconnecting(
     inbox: Inbox,
     agentd: str,
     reconnect_for: float,
-    report: Callable[[], dict[str, Any]] | None,
+    answers: _Answers,
 ) -> LoopResult:
     last_seen = trio.current_time()
     delay = 0.05
@@ -149,7 +156,7 @@ async def _reconnecting(
         welcomed = trio.Event()
         async with connection:
             try:
-                result = await _converse(connection, hello, inbox, welcomed, report)
+                result = await _converse(connection, hello, inbox, welcomed, answers)
             except (ChannelClosed, ProtocolError) as exc:
                 logger.warning("lost agentd: %s; reconnecting", exc)
                 result = None
@@ -166,6 +173,19 @@ async def _reconnecting(
         else:
             await trio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+@attrs.frozen
+class _Answers:
+    """What the loop answers for the rest of the harness: a pong's activity, an inspection."""
+
+    report: Callable[[], dict[str, Any]] | None
+    inspect: Callable[[int], Inspection] | None
+
+    def inspection(self, seq: int) -> Inspection:
+        if self.inspect is None:
+            return Inspection(seq, {"error": "this harness was started without inspection"})
+        return self.inspect(seq)
 
 
 def _next_beat(every: float) -> float:
@@ -188,7 +208,7 @@ async def _converse(
     hello: Hello,
     inbox: Inbox,
     welcomed: trio.Event,
-    report: Callable[[], dict[str, Any]] | None,
+    answers: _Answers,
 ) -> LoopResult | None:
     """One connection, with a task reporting recorded prompts beside it once welcomed by a
     daemon that wants them.
@@ -201,7 +221,7 @@ async def _converse(
     async with trio.open_nursery() as nursery:
         try:
             result: LoopResult | Exception | None = await _serve(
-                connection, hello, inbox, welcomed, report, sending, nursery
+                connection, hello, inbox, welcomed, answers, sending, nursery
             )
         except (ChannelClosed, ProtocolError) as exc:
             result = exc
@@ -216,12 +236,13 @@ async def _serve(
     hello: Hello,
     inbox: Inbox,
     welcomed: trio.Event,
-    report: Callable[[], dict[str, Any]] | None,
+    answers: _Answers,
     sending: trio.Lock,
     nursery: trio.Nursery,
 ) -> LoopResult | None:
     reports = False
     every = next_beat = math.inf
+    report = answers.report
 
     def pong(seq: int) -> Pong:
         return Pong(seq, **report()) if reports and report is not None else Pong(seq)
@@ -257,6 +278,9 @@ async def _serve(
         elif isinstance(message, Ping):
             async with sending:
                 await connection.send(pong(message.seq))
+        elif isinstance(message, Inspect):
+            async with sending:
+                await connection.send(answers.inspection(message.seq))
         elif isinstance(message, Prompt | Nudge):
             inbox.put(message)  # never waits on the engine
         elif isinstance(message, Bye):

@@ -24,6 +24,7 @@ from ..liveness import Ledger
 from ..process import ChildGroup
 from ._context import Command, Engine, HarnessContext
 from ._inbox import Inbox
+from ._inspect import answer, register
 from ._loop import Ending, connection_loop
 from ._turns import Turns
 
@@ -99,6 +100,7 @@ class Supervisor:
         )  # fmt: skip
         inbox = Inbox(self.transcript, self.interrupted.prompt_id if self.interrupted else None)
         rx.observe(_Both(ctx.turns, inbox))
+        register(ctx.turns, ctx.tools, self.transcript)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._run_engine, rx, ctx, name="engine")
             nursery.start_soon(
@@ -167,6 +169,7 @@ class Supervisor:
                 agentd=settings.agentd,
                 reconnect_for=settings.reconnect_for,
                 report=report,
+                inspect=answer,
             )
         self.loop_done.set()
         if result is None:  # cancelled: another cause came first

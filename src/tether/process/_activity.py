@@ -30,6 +30,9 @@ class ToolActivity:
         """What the tool last said of its progress (``advance(note)``)."""
         self.advances = 0
         """How many times it advanced."""
+        self.tree: Callable[[], set[int]] = set
+        """The tool's processes now (its tree and its marked orphans; none for a Python
+        tool), for ``tether inspect``: set by the runner of a program tool."""
 
     def advance(self, note: str | None = None) -> None:
         """The tool made progress now."""

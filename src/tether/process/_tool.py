@@ -121,12 +121,17 @@ class _Run:
         self.drains_done = trio.Event()
         self.timed_out = self.stalled = False
         self.holders: list[PipeHolder] = []
+        activity.tree = self._pids
 
     def _roots(self) -> set[int]:
         roots = self.orphans.of(self.group.reaper_pid)
         if not self.child.done:
             roots.add(self.child.pid)
         return roots
+
+    def _pids(self) -> set[int]:
+        roots = self._roots()
+        return roots | _procfs.subtree(roots)
 
     def _tree(self) -> set[ProcessRef]:
         roots = self._roots()

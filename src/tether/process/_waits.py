@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 from .. import _procfs
 
@@ -22,16 +23,26 @@ _READS = {
 def waits(pids: Iterable[int]) -> list[str]:
     """One line per live process: ``pid=N state=S wchan=F [in read(fd N: what)] cmd=...``."""
     lines = []
+    for row in processes(pids):
+        line = f"pid={row['pid']} state={row['state']} wchan={row['wchan']}"
+        if row["reading"] is not None:
+            line += f" {row['reading']}"
+        lines.append(f"{line} cmd={row['cmd']}")
+    return lines
+
+
+def processes(pids: Iterable[int]) -> list[dict[str, Any]]:
+    """One row per live process, by pid: ``pid``, ``ppid``, ``state``, ``wchan`` (``?``
+    unreadable), ``reading`` (``None``: not blocked reading) and ``cmd``."""
+    rows = []
     for pid in sorted(pids):
         fields = _procfs.stat_fields(pid)
         if fields is None:
             continue
-        line = f"pid={pid} state={fields[0]} wchan={_read(pid, 'wchan') or '?'}"
-        reading = _reading(pid)
-        if reading is not None:
-            line += f" {reading}"
-        lines.append(f"{line} cmd={_procfs.cmdline(pid)}")
-    return lines
+        rows.append({"pid": pid, "ppid": int(fields[1]), "state": fields[0],
+                     "wchan": _read(pid, "wchan") or "?", "reading": _reading(pid),
+                     "cmd": _procfs.cmdline(pid)})  # fmt: skip
+    return rows
 
 
 def _read(pid: int, name: str) -> str | None:

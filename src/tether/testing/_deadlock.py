@@ -28,9 +28,9 @@ from typing import Any
 import trio
 import trio.testing
 
+from ..inspect._waits import TRIO_DIR, await_chain, classify, frame_of
 from ._report import deadlock_report, timeout_report
 from ._verdict import analyse
-from ._waits import TRIO_DIR, await_chain, classify, frame_of
 from ._watchdog import WATCHDOG
 
 _RUN: Any = sys.modules["trio._core._run"]

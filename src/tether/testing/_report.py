@@ -11,9 +11,9 @@ from typing import Any
 
 import trio
 
+from ..inspect._waits import TRIO_DIR, WaitKind, classify, frame_of, user_frame
 from ._reach import Reach, TooLarge, state_of
 from ._verdict import INTERNAL, Blocked, Verdict
-from ._waits import TRIO_DIR, WaitKind, classify, frame_of, user_frame
 
 _HERE = os.path.dirname(__file__)
 

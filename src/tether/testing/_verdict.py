@@ -23,8 +23,8 @@ import attrs
 import trio
 import trio.testing
 
+from ..inspect._waits import Scopes, Wait, WaitKind, scopes
 from ._reach import Reach, TooLarge, state_of
-from ._waits import Scopes, Wait, WaitKind, scopes
 
 INTERNAL = ("<init>", "<TrioToken.run_sync_soon task>")
 """The run's own tasks: they run only what a thread or signal hands them."""

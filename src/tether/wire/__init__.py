@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from ._messages import Control as Control
     from ._messages import Error as Error
     from ._messages import Hello as Hello
+    from ._messages import Inspect as Inspect
+    from ._messages import Inspection as Inspection
     from ._messages import Message as Message
     from ._messages import Nudge as Nudge
     from ._messages import Ping as Ping
@@ -41,6 +43,8 @@ __all__ = [
     "Error",
     "FrameTooLarge",
     "Hello",
+    "Inspect",
+    "Inspection",
     "Message",
     "Nudge",
     "Peer",
@@ -74,6 +78,8 @@ _WHERE = {
     "Control": "._messages",
     "Error": "._messages",
     "Hello": "._messages",
+    "Inspect": "._messages",
+    "Inspection": "._messages",
     "Message": "._messages",
     "Nudge": "._messages",
     "Ping": "._messages",

@@ -91,6 +91,7 @@ class ControlOp(enum.StrEnum):
     RESET = "reset"
     EVENTS = "events"
     LOGS = "logs"
+    INSPECT = "inspect"
 
     @property
     def takes_session(self) -> bool:
@@ -103,7 +104,9 @@ class ControlOp(enum.StrEnum):
     @property
     def needs_session(self) -> bool:
         """It acts on an existing session (unless the request says ``create``)."""
-        return self in (ControlOp.SEND, ControlOp.STOP, ControlOp.RESET, ControlOp.LOGS)
+        return self in (
+            ControlOp.SEND, ControlOp.STOP, ControlOp.RESET, ControlOp.LOGS, ControlOp.INSPECT
+        )  # fmt: skip
 
     @property
     def streams(self) -> bool:

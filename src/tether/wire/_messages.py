@@ -21,7 +21,8 @@ class Hello:
     create_time: float
     """Its start time; with ``pid``, names the process for good."""
     revision: int = 1
-    """The harness's wire revision (an older harness omits it): 4 reports ``Recorded``."""
+    """The harness's wire revision (an older harness omits it): 4 reports ``Recorded``; 5
+    answers ``Inspect``."""
 
 
 @attrs.frozen
@@ -37,7 +38,8 @@ class Welcome:
     revision: int = 1
     """The daemon's wire revision (an older daemon omits it): 2 reads activity on pongs; 3
     wants a ``Pong`` with ``seq`` 0 every ``heartbeat`` seconds unasked (a beat), and stops
-    pinging a harness once it beats; 4 counts a prompt delivered once it is ``Recorded``."""
+    pinging a harness once it beats; 4 counts a prompt delivered once it is ``Recorded``; 5
+    may ask for an ``Inspection``."""
 
 
 @attrs.frozen
@@ -111,6 +113,25 @@ class Recorded:
 
 
 @attrs.frozen
+class Inspect:
+    """Daemon to harness (revision 5): answer with a snapshot of your tasks, tools and turn
+    (``tether inspect``), from the connection loop itself."""
+
+    seq: int
+    """The number the ``Inspection`` repeats."""
+
+
+@attrs.frozen
+class Inspection:
+    """Harness to daemon (revision 5): the answer to ``Inspect(seq)``."""
+
+    seq: int
+    """The ``Inspect``'s number."""
+    snapshot: dict[str, Any] = attrs.field(factory=dict)
+    """``tether.inspect.snapshot()`` with the harness's sections, or ``{"error": why}``."""
+
+
+@attrs.frozen
 class Bye:
     """Either side: I am closing this connection, and why."""
 
@@ -131,7 +152,8 @@ class Error:
 @attrs.frozen
 class Control:
     """A command-line client to the daemon, first and only request on its connection:
-    ``op`` is ``ps``, ``start``, ``send``, ``stop``, ``reset``, ``events`` or ``logs``."""
+    ``op`` is ``ps``, ``start``, ``send``, ``stop``, ``reset``, ``events``, ``logs`` or
+    ``inspect``."""
 
     op: str
     """The request: ``start``, ``send``, ``stop``, ``ps``, ``reset``, ..."""
@@ -172,6 +194,8 @@ Message = (
     | Ping
     | Pong
     | Recorded
+    | Inspect
+    | Inspection
     | Bye
     | Error
     | Control
@@ -187,6 +211,8 @@ MESSAGE_TYPES: tuple[type[Any], ...] = (
     Ping,
     Pong,
     Recorded,
+    Inspect,
+    Inspection,
     Bye,
     Error,
     Control,

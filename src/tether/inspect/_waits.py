@@ -160,24 +160,36 @@ _WRAPPERS = ("anyio", "outcome", "pytest_trio", "_pytest", "pluggy", "sniffio")
 names the line of the test's code, not theirs."""
 
 
+_DIRS: dict[tuple[object, ...], tuple[str, ...]] = {}
+
+
 def library_dirs() -> tuple[str, ...]:
     """trio's, tether's and the wrappers' directories (those imported)."""
-    dirs = [TRIO_DIR, _TETHER]
-    for name in _WRAPPERS:
-        path = getattr(sys.modules.get(name), "__file__", None)
-        if path:
-            dirs.append(os.path.dirname(path) + os.sep)
-    return tuple(dirs)
+    modules = tuple(sys.modules.get(name) for name in _WRAPPERS)
+    dirs = _DIRS.get(modules)
+    if dirs is None:
+        found = [TRIO_DIR, _TETHER]
+        for module in modules:
+            path = getattr(module, "__file__", None)
+            if path:
+                found.append(os.path.dirname(path) + os.sep)
+        _DIRS.clear()  # one entry: the wrappers imported now
+        dirs = _DIRS[modules] = tuple(found)
+    return dirs
 
 
 def user_frame(frames: list[types.FrameType]) -> types.FrameType | None:
     """The innermost frame outside trio, tether and the libraries that wrap them: the line a
-    report names."""
+    report names. A task of library code alone is named by its innermost frame outside trio
+    (trio's own trap says nothing), else by its outermost."""
     libraries = library_dirs()
     for frame in reversed(frames):
         if not frame.f_code.co_filename.startswith(libraries):
             return frame
-    return frames[-1] if frames else None
+    for frame in reversed(frames):
+        if not frame.f_code.co_filename.startswith(TRIO_DIR):
+            return frame
+    return frames[0] if frames else None
 
 
 def classify(task: trio.lowlevel.Task, frames: list[types.FrameType]) -> Wait:
