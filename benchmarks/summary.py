@@ -30,6 +30,7 @@ SCRIPTS = [
     "liveness",
     "stores",
     "testing_overhead",
+    "inspection",
 ]
 
 
