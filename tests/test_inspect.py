@@ -154,3 +154,17 @@ def test_being_inspectable_steals_no_signal_handler() -> None:
 
     assert trio.run(main)["sections"] == {"x": {}}
     assert {s: signal.getsignal(s) for s in catchable} == before
+
+
+async def test_a_snapshot_stops_reading_at_its_time_budget_and_says_so() -> None:
+    async with trio.open_nursery() as nursery:
+        for i in range(3000):
+            nursery.start_soon(trio.sleep_forever, name=f"sleeper-{i}")
+        await trio.testing.wait_all_tasks_blocked()
+        cut = snapshot(time_budget=0.0)
+        assert cut["complete"] is False
+        assert cut["task_count"] >= 3000
+        assert sum(t["count"] for t in cut["tasks"]) + cut["omitted"] == cut["task_count"]
+        assert "the time to read them ran out" in render(cut)
+        assert snapshot()["complete"] is True
+        nursery.cancel_scope.cancel()

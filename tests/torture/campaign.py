@@ -26,7 +26,7 @@ from torture import invariants, nemesis
 from torture.world import World, keeper_of
 
 WEIGHTS = {
-    "send": 30, "start": 6,
+    "send": 30, "start": 6, "inspect": 4,
     "kill_daemon": 3, "stop_daemon": 4,
     "kill_harness": 3, "stop_harness": 3,
     "kill_harness_keeper": 3, "stop_harness_keeper": 3,
@@ -38,7 +38,7 @@ WEIGHTS = {
     "exhaust_fds": 2, "half_frames": 2, "garbage": 2, "swap_log": 1,
 }  # fmt: skip
 """How often each action is drawn, relative to the others."""
-WORK = {"send", "start"}
+WORK = {"send", "start", "inspect"}
 """The actions that are work, not faults."""
 SESSIONS, OWNERS = 3, 2
 PROGRESS = 40.0
@@ -160,6 +160,7 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
     rng = random.Random(seed)
     sends = nemesis.Sends()
     actions = {"send": nemesis.sender(sends), "start": nemesis.starter(sends),
+               "inspect": nemesis.inspector(sends),
                "swap_log": nemesis.log_swapper(sends),
                "stop_daemon": nemesis.daemon_stopper(sends), **nemesis.faults()}  # fmt: skip
     names = list(WEIGHTS)

@@ -354,6 +354,8 @@ def answered(world: World, watch: Watch, sends: Iterable[dict[str, object]]) -> 
                           f" {stderr.strip()[-300:]}"))  # fmt: skip
         elif "Traceback" in stderr:
             found.append(("answered", f"{send['op']} {send['session']}: a traceback"))
+        elif send.get("snapshot"):  # an inspection that succeeded must be one
+            found.append(("answered", f"inspect {send['session']}: {send['snapshot']}"))
     return found
 
 

@@ -113,11 +113,33 @@ def request(world: World, sends: Sends, nursery: trio.Nursery, *args: str) -> No
             record["code"], out, record["stderr"] = answer
             if answer[0] == 0 and args[0] == "send":
                 record["delivered"] = json.loads(out)
+            if answer[0] == 0 and args[0] == "inspect":
+                record["snapshot"] = _snapshot_shape(out)
         if args[0] == "send":
             record["order"] = json.loads(args[2])
         sends.done.append(record)
 
     nursery.start_soon(run)
+
+
+def _snapshot_shape(out: str) -> str:
+    """``""`` if ``out`` is an inspection naming the harness's engine task, else what is wrong."""
+    try:
+        found = json.loads(out)
+        names = {task["name"] for task in found["snapshot"]["tasks"]}
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"not a snapshot: {exc!r}: {out[:200]!r}"
+    return "" if "engine" in names else f"no engine task among {sorted(names)[:10]}"
+
+
+def inspector(sends: Sends) -> Action:
+    async def inspect(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+        """Ask for a session's snapshot while the faults go on (``tether inspect --json``)."""
+        session = _session(world, rng)
+        request(world, sends, nursery, "inspect", session, "--json")
+        return f"inspect {session}"
+
+    return inspect
 
 
 def sender(sends: Sends) -> Action:

@@ -4,7 +4,9 @@ It says ``Hello``; on ``Welcome`` it puts prompts in the engine's ``Inbox`` (who
 of this loop, hands them to the engine), answers every ``Ping``, for a daemon of revision 3 or
 later sends a ``Pong`` every heartbeat unasked (a beat, as a systemd service sends
 ``WATCHDOG=1``), and for one of revision 4 or later reports each prompt recorded
-(``Recorded``): all from this loop, so only a live loop looks alive. On ``Superseded`` it
+(``Recorded``), and for one of revision 5 answers ``Inspect`` with a snapshot of the run
+(``tether inspect``): all from this loop, so only a live loop looks alive, and a stuck
+engine is still inspected. On ``Superseded`` it
 returns and its sender, the last one, closes the engine's channel. If the daemon goes away it
 reconnects with backoff, and gives up after ``reconnect_for`` seconds without a welcome (a
 daemon that accepts the connection only to refuse every hello counts as gone too).

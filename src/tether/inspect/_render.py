@@ -16,7 +16,8 @@ def render(snapshot: dict[str, Any]) -> str:
     tasks: list[dict[str, Any]] = snapshot.get("tasks", [])
     head = f"{snapshot.get('task_count', len(tasks))} tasks"
     if snapshot.get("omitted"):
-        head += f" ({snapshot['omitted']} not shown)"
+        why = "" if snapshot.get("complete", True) else ": the time to read them ran out"
+        head += f" ({snapshot['omitted']} not shown{why})"
     took = snapshot.get("took")
     if isinstance(took, int | float):
         head += f", read in {took * 1000:.1f} ms"
