@@ -1,0 +1,164 @@
+"""Issue 34 with real processes: ``python -m tether.harness.openai`` under a real agentd against
+the fake OpenAI-compatible server (the real wire format over real sockets). A tool call's round
+trip is recorded (call, result, the model's final answer); a stream silent past its threshold
+is ``stalled`` while the harness's heartbeat stays fresh, and a slow healthy one never is; a
+SIGKILL mid tool call, then a fresh harness resumes the turn and the model's next request
+carries the interrupted result; a 429, a dropped stream and a malformed event are recorded
+errors, and the harness lives on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from helpers import agentd_events, kill_marked, unique_session, wait_until
+from tether import Agentd, SqliteEpochStore
+from tether.harness.openai._fake import FakeModel
+from tether.journal import Event, Message, ToolCall, ToolResult, scan
+
+STALL = 1.5
+HEARTBEAT = 0.2
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Iterator[Path]:
+    tmp_path.chmod(0o700)
+    yield tmp_path
+    for row in agentd_events(tmp_path):
+        kill_marked(row["session"])
+
+
+@asynccontextmanager
+async def running(directory: Path, fake: FakeModel) -> AsyncIterator[Agentd]:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(fake.serve)
+        argv = [sys.executable, "-m", "tether.harness.openai", "--base-url", fake.url,
+                "--model", "fake", "--system", "you are a test"]  # fmt: skip
+        async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
+            agentd = Agentd(store, directory / "agentd.sock", argv, heartbeat=HEARTBEAT,
+                            grace=0.3, start_timeout=15.0, stall_after=STALL)  # fmt: skip
+            async with agentd.running(stop_harnesses=True):
+                yield agentd
+        nursery.cancel_scope.cancel()
+
+
+def entries(directory: Path, session: str) -> list[Any]:
+    path = directory / session / f"{session}.jsonl"
+    return list(scan(path.read_bytes()).entries) if path.exists() else []
+
+
+def said(directory: Path, session: str, role: str = "assistant") -> list[str]:
+    return [e.content for e in entries(directory, session)
+            if isinstance(e, Message) and e.role == role]  # fmt: skip
+
+
+def row(agentd: Agentd, session: str) -> Any:
+    (found,) = [r for r in agentd.status() if r.session == session]
+    return found
+
+
+async def test_a_tool_call_round_trip_is_recorded(directory: Path) -> None:
+    fake = FakeModel([[("reasoning", "look first"), ("call", "echo hello from the tool")],
+                      [("text", "the tool said hello")]])  # fmt: skip
+    session = unique_session()
+    async with running(directory, fake) as agentd:
+        await agentd.deliver(session, "say hello")
+        await wait_until(lambda: "the tool said hello" in said(directory, session), timeout=30)
+    kinds = [type(e).__name__ for e in entries(directory, session)]
+    assert kinds[:5] == ["Message", "Message", "ToolCall", "ToolResult", "Message"], kinds
+    call = next(e for e in entries(directory, session) if isinstance(e, ToolCall))
+    assert (call.name, call.args) == ("shell", {"argv": ["sh", "-c", "echo hello from the tool"]})
+    result = next(e for e in entries(directory, session) if isinstance(e, ToolResult))
+    assert result.status == "ok"
+    assert result.output["stdout"] == "hello from the tool\n"
+    first, second = fake.requests
+    assert first["stream"] is True
+    assert first["tools"][0]["function"]["name"] == "shell"
+    assert first["messages"] == [{"role": "system", "content": "you are a test"},
+                                 {"role": "user", "content": "say hello"}]  # fmt: skip
+    assistant, tool = second["messages"][2:4]
+    assert assistant["tool_calls"][0]["id"] == call.id
+    assert tool == {"role": "tool", "tool_call_id": call.id,
+                    "content": "exit code 0\nstdout:\nhello from the tool\n"}  # fmt: skip
+
+
+async def test_a_silent_stream_is_stalled_with_a_fresh_heartbeat_and_a_slow_one_never(
+    directory: Path,
+) -> None:
+    slow = [("text", f"part {i} ") for i in range(1)] + [
+        step for i in range(8) for step in (("sleep", 0.5), ("reasoning", f"step {i}"))
+    ]
+    fake = FakeModel([slow, [("text", "thinking..."), ("stall",)]])
+    healthy, silent = unique_session(), unique_session()
+    async with running(directory, fake) as agentd:
+        await agentd.deliver(healthy, "take your time")
+        seen = set()
+        with trio.move_on_after(30):
+            while "part 0" not in " ".join(said(directory, healthy)):
+                seen.add(row(agentd, healthy).state)
+                await trio.sleep(HEARTBEAT)
+        assert "stalled" not in seen
+        assert said(directory, healthy) == ["part 0 "]
+        await agentd.deliver(silent, "think hard")
+        await wait_until(lambda: row(agentd, silent).state == "stalled", timeout=STALL + 20)
+        status = row(agentd, silent)
+        assert status.heartbeat_age is not None
+        assert status.heartbeat_age < 3 * HEARTBEAT + 1
+        assert status.activity == "turn on fake"
+
+
+async def test_a_sigkill_mid_tool_call_resumes_with_the_interrupted_result(
+    directory: Path,
+) -> None:
+    fake = FakeModel([[("call", "sleep 600")], [("text", "I see the call was interrupted")]])
+    session = unique_session()
+    async with running(directory, fake) as agentd:
+        first = await agentd.deliver(session, "run the long job")
+        await wait_until(lambda: any(isinstance(e, ToolCall) for e in entries(directory, session)))
+        os.kill(first.pid, signal.SIGKILL)
+        await wait_until(lambda: row(agentd, session).pid != first.pid, timeout=30)
+        again = await agentd.start_agent(session)  # as the next tether start or send would
+        assert again.epoch > first.epoch
+        await wait_until(lambda: len(fake.requests) >= 2, timeout=30)
+        await wait_until(
+            lambda: "I see the call was interrupted" in said(directory, session), timeout=30
+        )
+    resumed = fake.requests[1]["messages"]
+    assert [m["role"] for m in resumed] == ["system", "user", "assistant", "tool"]
+    assert resumed[3]["content"].startswith("[interrupted: ")
+    results = [e for e in entries(directory, session) if isinstance(e, ToolResult)]
+    assert [r.status for r in results] == ["interrupted"]
+    assert said(directory, session, "user") == ["run the long job"]  # never delivered twice
+
+
+@pytest.mark.parametrize(
+    ("reply", "failure"),
+    [([("status", 429)], "http"), ([("text", "half"), ("drop",)], "dropped"),
+     ([("garbage",)], "malformed")],
+)  # fmt: skip
+async def test_a_failed_request_is_a_recorded_error_and_the_harness_lives_on(
+    directory: Path, reply: list[Any], failure: str
+) -> None:
+    fake = FakeModel([reply, [("text", "fine now")]])
+    session = unique_session()
+    async with running(directory, fake) as agentd:
+        first = await agentd.deliver(session, "one")
+        await wait_until(lambda: any(isinstance(e, Event) and e.kind == "model_error"
+                                     for e in entries(directory, session)), timeout=30)  # fmt: skip
+        second = await agentd.deliver(session, "two")
+        await wait_until(lambda: "fine now" in said(directory, session), timeout=30)
+        assert second.pid == first.pid
+    (error,) = [e for e in entries(directory, session)
+                if isinstance(e, Event) and e.kind == "model_error"]  # fmt: skip
+    assert error.data["failure"] == failure
+    assert error.data["prompt_id"] == first.prompt_id
+    if failure == "http":
+        assert error.data["status"] == 429
