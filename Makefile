@@ -12,11 +12,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[openai]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,etcd,metrics,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,etcd,metrics,docs,openai]'
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed

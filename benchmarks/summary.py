@@ -31,6 +31,7 @@ SCRIPTS = [
     "stores",
     "testing_overhead",
     "inspection",
+    "model_stream",
 ]
 
 

@@ -244,6 +244,7 @@ def test_the_testing_plugin_stays_out_of_the_core() -> None:
         "Deadlock",
         "DeadlockDetector",
         "FakeAgentd",
+        "FakeModel",
         "Leak",
         "LeakGuard",
         "TimedOut",

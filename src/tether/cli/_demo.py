@@ -3,8 +3,9 @@ signals, a real daemon and the embedded SQLite store, each a timeline printed as
 a verdict table, one row per guarantee, PASS or FAIL with the measured figure.
 
 1. SIGTERM mid tool call (seed 000); 2. a Superseded phantom (seed 004); 3. a silent job
-(seed 003). The run's files (transcripts, stores, logs) live in one temporary directory,
-removed at the end unless ``--keep``.
+(seed 003); 4. seed 000 again on the real model protocol: an OpenAI-compatible server, the
+model's shell call, the resumed model continuing. The run's files (transcripts, stores, logs)
+live in one temporary directory, removed at the end unless ``--keep``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ._incident_000 import replay_sigterm
+from ._incident_000_model import replay_model
 from ._incident_003 import replay_silent_job
 from ._incident_004 import replay_superseded
 from ._timeline import Timeline, Verdict
@@ -29,6 +31,7 @@ SCENARIOS: tuple[tuple[int, str, Replay], ...] = (
     (1, "SIGTERM mid tool call (seed 000)", replay_sigterm),
     (2, "a Superseded phantom (seed 004)", replay_superseded),
     (3, "a silent job (seed 003)", replay_silent_job),
+    (4, "SIGTERM mid tool call, on the real model protocol (seed 000)", replay_model),
 )
 
 

@@ -13,6 +13,8 @@ import attrs
 from .._clock import Clock, HostClock
 
 KINDS = frozenset({"text", "reasoning", "tool_open", "tool_close", "completed", "error"})
+_PLAIN = frozenset({"text", "reasoning"})
+"""The kinds of every token: they only move the clock."""
 
 
 @attrs.frozen
@@ -85,6 +87,19 @@ class StreamClock:
             ValueError: an unknown kind.
         """
         now = self._now()
+        if kind not in _PLAIN:  # the rare kinds: checked, and counted on their own
+            self._mark_other(kind, now)
+            return
+        if self.first is None:
+            self.first = now
+        elif not self.open_tools:
+            gap = now - self.last
+            if gap > self.max_gap:
+                self.max_gap = gap
+        self.last = now
+        self.parts += 1
+
+    def _mark_other(self, kind: str, now: float) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown part kind {kind!r}; expected one of {sorted(KINDS)}")
         if self.first is None:
@@ -100,7 +115,7 @@ class StreamClock:
         elif kind == "tool_close":
             if self.open_tools:
                 self.open_tools -= 1
-        elif kind == "completed" or kind == "error":
+        else:
             self.outcome = kind
 
     @property

@@ -1,5 +1,6 @@
 """tether's pytest plugin and fakes: trio deadlock tests that fail in seconds with the culprit
-named, a hard timeout, a process-leak guard, ``FakeAgentd`` and ``agent_script``.
+named, a hard timeout, a process-leak guard, ``FakeAgentd``, ``FakeModel`` (an
+OpenAI-compatible server) and ``agent_script``.
 
 Imports pytest: it is for test suites (``pip install tether[test]``), never imported by the
 rest of tether. Its names are imported on first use, so the plugin (``tether.testing._plugin``,
@@ -12,6 +13,7 @@ import importlib
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from ..harness.openai._fake import FakeModel as FakeModel
     from ._deadlock import Deadlock as Deadlock
     from ._deadlock import DeadlockDetector as DeadlockDetector
     from ._deadlock import TimedOut as TimedOut
@@ -24,6 +26,7 @@ __all__ = [
     "Deadlock",
     "DeadlockDetector",
     "FakeAgentd",
+    "FakeModel",
     "Leak",
     "LeakGuard",
     "TimedOut",
@@ -36,6 +39,7 @@ _MODULE = {
     "TimedOut": "_deadlock",
     "FakeAgentd": "_fakes",
     "agent_script": "_fakes",
+    "FakeModel": "..harness.openai._fake",
     "Leak": "_leaks",
     "LeakGuard": "_leaks",
 }
@@ -45,7 +49,8 @@ def __getattr__(name: str) -> object:
     module = _MODULE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(importlib.import_module(module if module.startswith(".") else f".{module}",
+                                            __name__), name)  # fmt: skip
     value.__module__ = __name__  # as ``reexport`` names it: tether.testing.Name
     globals()[name] = value
     return value

@@ -71,8 +71,11 @@ class OpenAIEngine:
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
+        """Where the model is and how a turn runs."""
         self.url = settings.base_url.rstrip("/") + "/chat/completions"
+        """Where each request goes."""
         self.headers = {"Accept": "text/event-stream"}
+        """Each request's headers (with the API key, when there is one)."""
         if settings.api_key:
             self.headers["Authorization"] = f"Bearer {settings.api_key}"
 

@@ -10,6 +10,7 @@ engine sent the model (after a resume, the interrupted call's result).
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -19,8 +20,9 @@ import trio
 
 Step = tuple[Any, ...]
 """One step of a reply: ``("text", str)``, ``("reasoning", str)``, ``("call", command)``,
-``("sleep", seconds)``, ``("stall",)``, ``("drop",)``, ``("status", code)``, ``("garbage",)``
-or ``("chunks", n)`` (``n`` one-character text chunks, for benchmarks)."""
+``("sleep", seconds)``, ``("stall",)``, ``("drop",)``, ``("status", code)``, ``("garbage",)``,
+``("raw", bytes)`` (sent as they are), ``("end",)`` (the stream ends cleanly, unfinished) or
+``("chunks", n)`` (``n`` one-character text chunks, for benchmarks)."""
 DEFAULT_REPLY: Sequence[Step] = (("text", "ok"),)
 """What a request past the script gets."""
 _REASONS = {429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
@@ -31,10 +33,13 @@ class FakeModel:
 
     def __init__(self, replies: Iterable[Sequence[Step]] = (), model: str = "fake") -> None:
         self.replies: collections.deque[Sequence[Step]] = collections.deque(replies)
+        """The replies not yet served, next first."""
         self.model = model
+        """The model name its chunks carry."""
         self.requests: list[dict[str, Any]] = []
         """Each request's JSON body, in order."""
         self.port = 0
+        """The port it listens on (0 until ``serve`` has started)."""
         self.served = trio.Event()
         """Set whenever a request has been read (replaced by a new one each time)."""
 
@@ -58,7 +63,7 @@ class FakeModel:
         async with stream:
             try:
                 body = await _read_request(stream)
-            except (ValueError, trio.BrokenResourceError):
+            except (ValueError, TypeError, trio.BrokenResourceError):
                 return
             if body is None:
                 return
@@ -66,10 +71,9 @@ class FakeModel:
             served, self.served = self.served, trio.Event()
             served.set()
             reply = self.replies.popleft() if self.replies else DEFAULT_REPLY
-            try:
+            # The client may go away (cancelled, or stopped on a stall).
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await self._reply(stream, reply)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the client went away (cancelled, or stopped on a stall)
 
     async def _reply(self, stream: trio.SocketStream, steps: Sequence[Step]) -> None:
         for step in steps:
@@ -82,8 +86,8 @@ class FakeModel:
                     f"\r\n".encode() + text
                 )
                 return
-        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                              b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")  # fmt: skip
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        await stream.send_all(head + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
         chunks = _Chunks(self.model)
         await _send(stream, chunks.event({"role": "assistant", "content": ""}))
         calls = 0
@@ -92,9 +96,10 @@ class FakeModel:
             if kind == "text":
                 for piece in _pieces(str(step[1])):
                     await _send(stream, chunks.event({"content": piece}))
-            elif kind == "chunks":
-                for _ in range(int(step[1])):
-                    await _send(stream, chunks.event({"content": "x"}))
+            elif kind == "chunks":  # made at once and sent in large writes: a fast server
+                event = chunks.event({"content": "x"})
+                for start in range(0, int(step[1]), 512):
+                    await _send(stream, event * min(512, int(step[1]) - start))
             elif kind == "reasoning":
                 await _send(stream, chunks.event({"reasoning_content": str(step[1])}))
             elif kind == "call":
@@ -109,6 +114,11 @@ class FakeModel:
                 return  # closes the connection mid-stream
             elif kind == "garbage":
                 await _send(stream, b"data: {not json\n\n")
+            elif kind == "raw":
+                await _send(stream, bytes(step[1]))
+            elif kind == "end":  # the stream ends here, without a finish or [DONE]
+                await stream.send_all(b"0\r\n\r\n")
+                return
         finish = "tool_calls" if calls else "stop"
         await _send(stream, chunks.event({}, finish))
         await _send(stream, b"data: [DONE]\n\n")
@@ -151,6 +161,7 @@ async def _read_request(stream: trio.SocketStream) -> dict[str, Any] | None:
 
     Raises:
         ValueError: not an HTTP request with a JSON body.
+        TypeError: a JSON body that is not an object.
     """
     data = b""
     while b"\r\n\r\n" not in data:
@@ -173,5 +184,5 @@ async def _read_request(stream: trio.SocketStream) -> dict[str, Any] | None:
         body += more
     parsed = json.loads(body[:length] or b"{}")
     if not isinstance(parsed, dict):
-        raise ValueError("the body is not an object")
+        raise TypeError("the body is not an object")
     return parsed

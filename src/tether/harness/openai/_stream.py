@@ -12,8 +12,11 @@ import attrs
 import httpx
 
 from ...liveness import StreamClock
-from ._sse import DONE, Events
 
+DONE = "[DONE]"
+"""The data of the event that ends an OpenAI stream."""
+DRAIN = 1 << 20
+"""Bytes read past ``[DONE]`` or a refused event before the stream is left unfinished."""
 ERROR_BODY = 2048
 """Bytes of an HTTP error's body kept for the record."""
 
@@ -83,31 +86,47 @@ class Reply:
             ModelError: the chunk is an error, or not a completion chunk.
         """
         self.chunks += 1
-        if "error" in chunk:
-            error = repr(chunk["error"])[:300]
-            raise ModelError(Failure.MALFORMED, f"the server sent an error: {error}")
         choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            raise ModelError(Failure.MALFORMED, f"a chunk without choices: {chunk!r:.300}")
-        if not choices:  # a usage chunk
-            clock.mark("text")
+        if type(choices) is not list or not choices:
+            self._odd(chunk, clock)
             return
         choice = choices[0]
-        delta = choice.get("delta") or {}
-        if not isinstance(delta, dict):
-            raise ModelError(Failure.MALFORMED, f"a delta that is not an object: {delta!r:.300}")
+        delta = choice.get("delta")
+        if type(delta) is not dict:
+            if delta is not None:
+                what = repr(delta)[:300]
+                raise ModelError(Failure.MALFORMED, f"a delta that is not an object: {what}")
+            delta = {}
         content = delta.get("content")
         if content:
-            self.text.append(str(content))
-        if delta.get("reasoning_content") or delta.get("reasoning"):
+            self.text.append(content if type(content) is str else str(content))
+            clock.mark("text")
+        elif delta.get("reasoning_content") or delta.get("reasoning"):
             self.reasoning += 1
             clock.mark("reasoning")
         else:
             clock.mark("text")
-        for call in delta.get("tool_calls") or ():
-            self._call(call)
-        if choice.get("finish_reason"):
-            self.finish_reason = str(choice["finish_reason"])
+        calls = delta.get("tool_calls")
+        if calls:
+            for call in calls:
+                self._call(call)
+        finish = choice.get("finish_reason")
+        if finish:
+            self.finish_reason = str(finish)
+
+    def _odd(self, chunk: dict[str, Any], clock: StreamClock) -> None:
+        """A chunk with no choice: a usage chunk is progress; an error or anything else is
+        not a completion.
+
+        Raises:
+            ModelError: the server sent an error, or not a chunk.
+        """
+        if "error" in chunk:
+            error = repr(chunk["error"])[:300]
+            raise ModelError(Failure.MALFORMED, f"the server sent an error: {error}")
+        if chunk.get("choices") != []:
+            raise ModelError(Failure.MALFORMED, f"a chunk without choices: {chunk!r:.300}")
+        clock.mark("text")
 
     def _call(self, call: Any) -> None:
         if not isinstance(call, dict) or not isinstance(call.get("index", 0), int):
@@ -153,28 +172,60 @@ async def complete(
 
 
 async def _read(response: httpx.Response, reply: Reply, clock: StreamClock) -> bool:
-    """Add every event of ``response`` to ``reply``; whether ``[DONE]`` came."""
-    events = Events()
-    async for line in response.aiter_lines():
-        data = events.line(line)
-        if data is None:
+    """Add every server-sent event of ``response`` to ``reply``; whether ``[DONE]`` came.
+
+    An event is its ``data:`` lines (joined by newlines) up to a blank line; ``event:``,
+    ``id:``, ``retry:`` and ``:`` comments (keep-alives) carry nothing a completion needs, and
+    a keep-alive is no sign of the model: only chunks mark the clock. Parsed inline, as the
+    hot path of every token. The body is read to its end even after ``[DONE]`` or a refused
+    event (up to ``DRAIN`` bytes more): httpx's nested iterators are only finished by their end.
+
+    Raises:
+        ModelError: an event is not a completion chunk.
+    """
+    pending: str | None = None
+    loads = json.loads
+    add = reply.add
+    done = False
+    refused: ModelError | None = None
+    lines = response.aiter_lines()
+    async for line in lines:
+        if line:
+            if line.startswith("data: "):
+                value = line[6:]
+            elif line.startswith("data:"):
+                value = line[5:]
+            else:
+                continue
+            pending = value if pending is None else f"{pending}\n{value}"
             continue
+        if pending is None:
+            continue
+        data, pending = pending, None
         if data == DONE:
-            return True
-        _add(reply, data, clock)
-    data = events.end()
-    if data == DONE:
-        return True
-    if data is not None:
-        _add(reply, data, clock)
-    return False
-
-
-def _add(reply: Reply, data: str, clock: StreamClock) -> None:
-    try:
-        chunk = json.loads(data)
-    except ValueError:
-        raise ModelError(Failure.MALFORMED, f"an event that is not JSON: {data[:300]!r}") from None
-    if not isinstance(chunk, dict):
-        raise ModelError(Failure.MALFORMED, f"an event that is not an object: {data[:300]!r}")
-    reply.add(chunk, clock)
+            done = True
+            break
+        try:
+            chunk = loads(data)
+        except ValueError:
+            refused = ModelError(Failure.MALFORMED, f"an event that is not JSON: {data[:300]!r}")
+            break
+        if type(chunk) is not dict:
+            what = repr(data[:300])
+            refused = ModelError(Failure.MALFORMED, f"an event that is not an object: {what}")
+            break
+        try:
+            add(chunk, clock)
+        except ModelError as exc:
+            refused = exc
+            break
+    drained = 0
+    async for line in lines:  # the rest, after [DONE] or a refused event: to the end
+        drained += len(line) + 1
+        if drained > DRAIN:
+            break
+    if refused is not None:
+        raise refused
+    if pending is not None and pending != DONE:
+        raise ModelError(Failure.DROPPED, f"the stream ended inside an event: {pending[:300]!r}")
+    return done or pending == DONE
