@@ -32,9 +32,9 @@ import trio
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tether import Agentd, SqliteEpochStore  # noqa: E402
-from tether.journal import Message, ToolCall, ToolResult, scan  # noqa: E402
-from tether.testing import FakeModel  # noqa: E402
+from tether import Agentd, SqliteEpochStore
+from tether.journal import Message, ToolCall, ToolResult, scan
+from tether.testing import FakeModel
 
 SESSION = "model"
 EXPLAINED = {-signal.SIGKILL, -signal.SIGTERM, 128 + signal.SIGKILL, 128 + signal.SIGTERM,
@@ -166,10 +166,8 @@ async def _step(agentd: Agentd, rng: random.Random, queued: list[str],
 
 
 async def _quietly(fn: Any, *args: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # a refused start is the nemesis's doing
         await fn(*args)
-    except Exception:  # noqa: BLE001, S110 - a refused start is the nemesis's doing
-        pass
 
 
 async def _settle(agentd: Agentd, directory: Path, queued: list[str], failed: set[str]) -> None:
