@@ -129,7 +129,8 @@ async def test_an_engine_in_a_tool_shows_the_tool_s_tree_and_ps_says_where_it_st
         assert tool["name"] == "hang"
         assert tool["threshold"] == 300
         assert tool["source"] == "default"
-        shell, sleeper = tool["processes"]
+        by_cmd = {p["cmd"]: p for p in tool["processes"]}
+        shell, sleeper = by_cmd["sh -c sleep 600"], by_cmd["sleep 600"]
         assert shell["pid"] == engine["wait"]["pid"]
         assert shell["cmd"] == "sh -c sleep 600"
         assert sleeper["ppid"] == shell["pid"]
