@@ -131,3 +131,15 @@ def own_etcd_cluster(tmp_path: Path, no_process_leaks: None) -> Iterator[Cluster
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def agentd_dir(tmp_path: Path) -> Iterator[Path]:
+    """A daemon's state directory (mode 0700, as agentd wants); every process a session of its
+    event log started is killed at the end, whatever the test left."""
+    from helpers import agentd_events, kill_marked
+
+    tmp_path.chmod(0o700)
+    yield tmp_path
+    for row in agentd_events(tmp_path):
+        kill_marked(row["session"])

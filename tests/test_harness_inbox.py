@@ -27,6 +27,7 @@ from helpers import (
 )
 from tether import Sender, Transcript, channel, wire
 from tether.harness._inbox import Inbox
+from tether.harness._loop import REVISION
 from tether.journal import Message, scan
 
 ENGINE = """
@@ -108,7 +109,7 @@ async def test_each_prompt_once_at_the_engine_and_reported_recorded() -> None:
         async with harness(directory, first, session) as path:
             await wait_until(lambda: "p2" in first.recorded, timeout=20)
             await wait_until(lambda: len(took(path)) >= 2, timeout=20)
-        assert first.hellos[0].revision == 4
+        assert first.hellos[0].revision == REVISION
         assert took(path) == ["p1", "p2"]
         assert recorded(directory, session) == ["p1", "p2"]
         assert set(first.recorded) == {"p1", "p2"}

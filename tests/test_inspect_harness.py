@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from helpers import agentd_events, kill_marked, unique_session, wait_until
+from helpers import unique_session, wait_until
 from tether import Agentd, SqliteEpochStore
 from tether.agentd._inspection import Uninspectable
 
@@ -65,12 +65,9 @@ def line_of(marker: str) -> int:
 
 
 @pytest.fixture
-def directory(tmp_path: Path) -> Iterator[Path]:
-    tmp_path.chmod(0o700)
-    (tmp_path / "engine.py").write_text(ENGINE)
-    yield tmp_path
-    for row in agentd_events(tmp_path):
-        kill_marked(row["session"])
+def directory(agentd_dir: Path) -> Path:
+    (agentd_dir / "engine.py").write_text(ENGINE)
+    return agentd_dir
 
 
 @asynccontextmanager

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import trio
 
-from helpers import agentd_events, kill_marked, unique_session, wait_until
+from helpers import unique_session, wait_until
 from tether import Agentd, SqliteEpochStore
 from tether.harness.openai._fake import FakeModel
 from tether.journal import Event, Message, ToolCall, ToolResult, scan
@@ -29,11 +29,8 @@ HEARTBEAT = 0.2
 
 
 @pytest.fixture
-def directory(tmp_path: Path) -> Iterator[Path]:
-    tmp_path.chmod(0o700)
-    yield tmp_path
-    for row in agentd_events(tmp_path):
-        kill_marked(row["session"])
+def directory(agentd_dir: Path) -> Path:
+    return agentd_dir
 
 
 @asynccontextmanager
@@ -139,26 +136,33 @@ async def test_a_sigkill_mid_tool_call_resumes_with_the_interrupted_result(
     assert said(directory, session, "user") == ["run the long job"]  # never delivered twice
 
 
-@pytest.mark.parametrize(
-    ("reply", "failure"),
-    [([("status", 429)], "http"), ([("text", "half"), ("drop",)], "dropped"),
-     ([("garbage",)], "malformed")],
-)  # fmt: skip
+FAILURES = {"http": [("status", 429)], "dropped": [("text", "half"), ("drop",)],
+            "malformed": [("garbage",)]}  # fmt: skip
+
+
 async def test_a_failed_request_is_a_recorded_error_and_the_harness_lives_on(
-    directory: Path, reply: list[Any], failure: str
+    directory: Path,
 ) -> None:
-    fake = FakeModel([reply, [("text", "fine now")]])
-    session = unique_session()
+    """A 429, a dropped stream and a malformed event, each in a session of its own: one
+    ``model_error`` each, and the same harness answers the next prompt."""
+    fake = FakeModel()
+    sessions = {failure: unique_session() for failure in FAILURES}
     async with running(directory, fake) as agentd:
-        first = await agentd.deliver(session, "one")
-        await wait_until(lambda: any(isinstance(e, Event) and e.kind == "model_error"
-                                     for e in entries(directory, session)), timeout=30)  # fmt: skip
-        second = await agentd.deliver(session, "two")
-        await wait_until(lambda: "fine now" in said(directory, session), timeout=30)
-        assert second.pid == first.pid
-    (error,) = [e for e in entries(directory, session)
-                if isinstance(e, Event) and e.kind == "model_error"]  # fmt: skip
-    assert error.data["failure"] == failure
-    assert error.data["prompt_id"] == first.prompt_id
-    if failure == "http":
-        assert error.data["status"] == 429
+        for failure, session in sessions.items():
+            fake.add(*FAILURES[failure])
+            first = await agentd.deliver(session, "one")
+            await wait_until(lambda s=session: bool(errors(directory, s)), timeout=30)
+            fake.add(("text", f"fine now {failure}"))
+            second = await agentd.deliver(session, "two")
+            await wait_until(lambda s=session, f=failure: f"fine now {f}" in said(directory, s),
+                             timeout=30)  # fmt: skip
+            assert second.pid == first.pid
+            (error,) = errors(directory, session)
+            assert error.data["failure"] == failure
+            assert error.data["prompt_id"] == first.prompt_id
+            assert error.data["status"] == (429 if failure == "http" else 0)
+
+
+def errors(directory: Path, session: str) -> list[Event]:
+    return [e for e in entries(directory, session)
+            if isinstance(e, Event) and e.kind == "model_error"]  # fmt: skip
