@@ -30,7 +30,7 @@ etcd:
 	  >/dev/null || echo "etcd-server could not be installed: the etcd tests will be skipped"
 
 # The suite a person waits for (under 10 minutes on 2 cores): lint, types, and the tests on
-# this Python, a 40-second slice of the fault campaign among them (tests/test_torture.py).
+# this Python, a 32-second slice of the fault campaign among them (tests/test_torture.py).
 test: $(VENV)/.installed-test etcd
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy --strict src

@@ -25,7 +25,7 @@ tether_deadlock_cushion = 0.1
 tether_timeout = 30
 """
 
-RUNS = int(os.environ.get("TETHER_SOUNDNESS_RUNS", "3"))
+RUNS = int(os.environ.get("TETHER_SOUNDNESS_RUNS", "2"))
 """Runs of each working program (``make torture``: 20)."""
 
 WORKING = control.HEADER + """

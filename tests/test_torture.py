@@ -9,7 +9,7 @@ import os
 
 from torture import campaign
 
-SLICE = 40.0
+SLICE = 32.0
 """Seconds of steps (then the campaign settles: about 10 s more)."""
 
 
