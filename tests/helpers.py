@@ -160,6 +160,29 @@ def _status(process: psutil.Process) -> str | None:
         return None
 
 
+def descendants() -> set[int]:
+    """The pids of this process's descendants now (a clean-up's ``before``)."""
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def new_descendants(before: set[int]) -> list[psutil.Process]:
+    """This process's descendants that were not there ``before``, zombies included."""
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+
+
+def gone_since(before: set[int]) -> bool:
+    """Kill every descendant started since ``before`` and reap those reparented here (the
+    suite is a subreaper); whether none is left. A keeper or harness may exit, and be
+    reparented here, only after its parent did: so this is polled, not done once."""
+    for process in new_descendants(before):
+        try:
+            process.kill()
+        except psutil.Error:
+            continue
+    reap_zombie_children()
+    return new_descendants(before) == []
+
+
 def reap_zombie_children() -> bool:
     """Reap this process's zombie children, as init would for orphans reparented to it (the
     suite is a subreaper); whether none is left."""

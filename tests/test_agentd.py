@@ -27,10 +27,11 @@ from hypothesis import strategies as st
 
 from helpers import (
     agentd_events,
+    descendants,
+    gone_since,
     kill_marked,
     marked,
     python,
-    reap_zombie_children,
     unique_session,
     wait_until,
     zombie_children,
@@ -412,6 +413,7 @@ async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> 
     sessions = [unique_session(), unique_session()]
     epochs = dict.fromkeys(sessions, 0)
     bound = 3 * (2 * PATIENCE + 2 * GRACE + 1 + 5.0)  # start_timeout: make_agentd's 5 s
+    before = descendants()
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         directory.chmod(0o700)
@@ -458,9 +460,10 @@ async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> 
             for name in sessions:
                 kill_marked(name)
             await wait_until(lambda: all(marked(name) == [] for name in sessions))
-            # A harness SIGKILLed while its daemon was down leaves orphans with the nearest
-            # subreaper, this test process: it reaps them, as init would.
-            await wait_until(reap_zombie_children)
+            # A harness SIGKILLed while its daemon was down leaves orphans (its keeper, which
+            # exits only once it has stopped the harness's trees) with the nearest subreaper,
+            # this test process: it reaps them, as init would, until none is left.
+            await wait_until(lambda: gone_since(before), timeout=30)
 
 
 async def test_a_harness_that_cannot_be_executed_is_named(directory: Path) -> None:

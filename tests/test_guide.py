@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from helpers import reap_zombie_children, wait_until
+from helpers import descendants, gone_since, new_descendants, wait_until
 from tether import Agentd, SqliteEpochStore
 
 GUIDE = Path(__file__).parent.parent / "docs" / "guide.md"
@@ -43,24 +43,6 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def _new_descendants(before: set[int]) -> list[psutil.Process]:
-    """This process's descendants that were not there ``before``, zombies included."""
-    return [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-
-
-def _gone(before: set[int]) -> bool:
-    """Kill every process the walk-through started and reap those reparented here (the suite
-    is a subreaper); whether none is left. A keeper or harness may exit, and be reparented
-    here, only after its parent did: so this is polled, not done once."""
-    for process in _new_descendants(before):
-        try:
-            process.kill()
-        except psutil.Error:
-            continue
-    reap_zombie_children()
-    return _new_descendants(before) == []
-
-
 def test_the_guide_s_daemon_walk_through_runs_as_printed(tmp_path: Path) -> None:
     """Issue 30: the shell block of "Running the daemon", run by bash exactly as printed (the
     daemon in the background, ``tether start`` at once: the client waits for a daemon that
@@ -77,7 +59,7 @@ def test_the_guide_s_daemon_walk_through_runs_as_printed(tmp_path: Path) -> None
         "TETHER_AGENTD": str(socket),
     }
     out, err = tmp_path / "stdout", tmp_path / "stderr"
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = descendants()
     try:
         # Files, not pipes: the daemon in the background keeps them open after bash exits.
         with out.open("wb") as stdout, err.open("wb") as stderr:
@@ -92,11 +74,11 @@ def test_the_guide_s_daemon_walk_through_runs_as_printed(tmp_path: Path) -> None
         assert table[0].split()[:3] == ["SESSION", "STATE", "EPOCH"]
         assert table[1].split()[:3] == ["s1", "attached", "1"]
     finally:
-        for process in _new_descendants(before):
+        for process in new_descendants(before):
             try:
                 if "agentd" in process.cmdline():
                     process.terminate()  # it leaves its harnesses running, as the guide says
                     process.wait(30)
             except psutil.Error:
                 continue
-        wait_for(lambda: _gone(before), timeout=30)
+        wait_for(lambda: gone_since(before), timeout=30)

@@ -66,6 +66,8 @@ class Link:
         self._inspections: dict[int, dict[str, Any]] = {}
         """Answers to ``Inspect`` not yet taken, by seq."""
         self._inspect_seq = 0
+        self._asked: float | None = None
+        """When the outstanding ``Inspect`` was sent (awake clock; ``None``: none is)."""
         self._changed: trio.Event | None = None
         """Set when a pong arrives or the link closes, for whoever waits (made on demand)."""
 
@@ -145,10 +147,18 @@ class Link:
             await self._changed.wait()
         return prompt_id in self._recorded
 
+    def last_sign(self) -> float:
+        """Its last pong, or the instant it was asked for a snapshot it is still reading:
+        asking never counts against a harness (its loop reads it at once, and answers no ping
+        meanwhile), for at most the time the asker waits."""
+        return self.last_pong if self._asked is None else max(self.last_pong, self._asked)
+
     def inspected(self, seq: int, snapshot: dict[str, Any]) -> None:
-        """The harness answers ``Inspect(seq)``; an answer nobody asked for is dropped."""
+        """The harness answers ``Inspect(seq)`` (from its loop: a sign of life); an answer
+        nobody asked for is dropped."""
         if 0 < seq <= self._inspect_seq and seq not in self._inspections:
             self._inspections[seq] = snapshot
+            self.last_pong = self.clock.now()
             self._wake()
 
     async def inspect(self) -> dict[str, Any] | None:
@@ -156,6 +166,7 @@ class Link:
         The caller bounds the wait: a harness whose loop is stuck never answers."""
         self._inspect_seq += 1
         seq = self._inspect_seq
+        self._asked = self.clock.now()
         try:
             if not await self.send(Inspect(seq)):
                 return None
@@ -166,6 +177,8 @@ class Link:
             return self._inspections.get(seq)
         finally:
             self._inspections.pop(seq, None)
+            if seq == self._inspect_seq:
+                self._asked = None
 
     async def roundtrip(self) -> bool:
         """Ping now and wait for the answer; ``False`` if the link closes first. Every message

@@ -72,7 +72,7 @@ class Harness:
 
     def last_sign(self) -> float:
         """Its last sign of life, a pong included (awake time)."""
-        return self.since if self.link is None else max(self.since, self.link.last_pong)
+        return self.since if self.link is None else max(self.since, self.link.last_sign())
 
     def attach(self, link: Link) -> bool:
         """Make ``link`` its connection; whether this is its first hello."""
