@@ -131,16 +131,19 @@ async def run(seed: int, seconds: float) -> tuple[int, list[tuple[str, str]]]:
                                 restart_limit=(1000, 60.0))  # fmt: skip
                 failed: set[str] = set()
                 exits: list[int] = []
-                async with agentd.running(stop_harnesses=True):
-                    nursery.start_soon(_watch, agentd.subscribe(100_000), failed, exits)
+                # The nemesis's tasks end before the daemon and its store close: a start
+                # left running would open the closed store again, and leak it.
+                async with agentd.running(stop_harnesses=True), trio.open_nursery() as work:
+                    work.start_soon(_watch, agentd.subscribe(100_000), failed, exits)
                     await agentd.start_agent(SESSION)
                     deadline = time.monotonic() + seconds
                     while time.monotonic() < deadline:
                         steps += 1
-                        await _step(agentd, rng, queued, nursery)
+                        await _step(agentd, rng, queued, work)
                         await trio.sleep(rng.uniform(0.05, 0.4))
                     await _settle(agentd, directory, queued, failed)
-                nursery.cancel_scope.cancel()
+                    work.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
         transcript = directory / SESSION / f"{SESSION}.jsonl"
         return steps, violations_of(transcript, fake, queued, failed, exits)
 
