@@ -54,7 +54,8 @@ def where(frame: types.FrameType | None) -> dict[str, Any] | None:
 
 
 def shown_path(path: str) -> str:
-    """``path`` relative to the working directory when it is under it."""
+    """``path`` relative to the working directory when it is under it, as pytest shows paths
+    (the deadlock reports use it too)."""
     here = os.getcwd() + os.sep
     return path[len(here) :] if path.startswith(here) else path
 

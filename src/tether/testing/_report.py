@@ -11,17 +11,12 @@ from typing import Any
 
 import trio
 
+from ..inspect._tasks import shown_path
 from ..inspect._waits import TRIO_DIR, WaitKind, classify, frame_of, user_frame
 from ._reach import Reach, TooLarge, state_of
 from ._verdict import INTERNAL, Blocked, Verdict
 
 _HERE = os.path.dirname(__file__)
-
-
-def shown_path(path: str) -> str:
-    """``path`` relative to the working directory when it is under it, as pytest shows paths."""
-    here = os.getcwd() + os.sep
-    return path[len(here) :] if path.startswith(here) else path
 
 
 def where(frame: types.FrameType | None) -> str:
