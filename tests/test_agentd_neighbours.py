@@ -33,6 +33,7 @@ from test_agentd import running
 from test_agentd_faults import TETHER, cli_daemon, directory, tether_cmd
 from tether import SqliteEpochStore
 from tether.agentd._records import Records
+from tether.wire._budget import FREE
 
 __all__ = ["directory"]  # the fixture
 
@@ -189,13 +190,20 @@ def _flood(socket_path: str, count: int, seconds: float) -> list[socket.socket]:
 async def test_row_7_half_written_frames_hold_a_bounded_share_of_memory(tmp_path: Path) -> None:
     """400 connections each push all but the last byte of a 1 MiB frame: the daemon holds at
     most its frame budget of them (16 MiB, 4 KiB a connection beyond it), not 400 MiB, and
-    gives it back once they are closed (their frames time out)."""
+    gives it back once they are closed (their frames time out). Its harnesses' reads never
+    wait on that budget: a snapshot larger than a stranger's free share is read at once,
+    and no pong queues behind it (the harness is never judged a phantom for it)."""
     tmp_path.chmod(0o700)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     count = min(400, (hard - 200) // 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    session = unique_session()
     try:
         async with cli_daemon(tmp_path) as process:
+            started = json.loads(await tether_cmd(tmp_path, "start", session))
+            # a snapshot shows the transcript's last lines: this grows it past FREE (on the
+            # wire, each snowman is six bytes)
+            await tether_cmd(tmp_path, "send", session, "\N{SNOWMAN}" * 300)
             daemon = psutil.Process(process.pid)
             idle = daemon.memory_info().rss
             conns = await trio.to_thread.run_sync(
@@ -204,12 +212,21 @@ async def test_row_7_half_written_frames_hold_a_bounded_share_of_memory(tmp_path
             try:
                 grown = (daemon.memory_info().rss - idle) / 2**20
                 assert grown < 16 + count * 4 / 1024 + 20, f"{grown:.0f} MiB for {count}"
-                assert rows(tmp_path) == []  # and it serves meanwhile
+                assert rows(tmp_path) == [("attached", started["pid"])]  # it serves meanwhile
+                for _ in range(3):
+                    shown = await tether_run(tmp_path, "inspect", session, "--json")
+                    assert shown.returncode == 0, shown.stderr
+                    snapshot = json.loads(shown.stdout)["snapshot"]
+                    assert len(json.dumps(snapshot)) > FREE  # more than a stranger's free share
+                await trio.sleep(1.0)  # five heartbeats: a pong stuck behind it would tell
+                assert rows(tmp_path) == [("attached", started["pid"])]
             finally:
                 for conn in conns:
                     conn.close()
+        assert "phantom" not in [r["kind"] for r in agentd_events(tmp_path, session)]
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        kill_marked(session)
 
 
 async def test_row_11_accept_short_of_descriptors_logs_once_per_burst(tmp_path: Path) -> None:

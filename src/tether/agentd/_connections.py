@@ -138,6 +138,7 @@ class Connections:
         harness = session.harness
         assert harness is not None
         await harness.drop_link()  # it reconnected before we saw the old connection drop
+        connection.leave_budget()  # strangers' half-written frames never hold up its reads
         link = Link(connection, peer, hello.epoch, self.clock, hello.revision)
         welcome = Welcome(session.name, hello.epoch, self.settings.heartbeat, REVISION)
         if await link.send(welcome):

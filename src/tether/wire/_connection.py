@@ -2,7 +2,8 @@
 
 On a server's side a connection counts the bytes of its unfinished frame against the
 server's ``FrameBudget`` and must finish each frame within ``FRAME_TIMEOUT``, so no peer
-holds the server's memory for long (``_budget``); its buffer is let go after a large frame.
+holds the server's memory for long (``_budget``), until the server admits the peer
+(``leave_budget``); its buffer is let go after a large frame.
 """
 
 from __future__ import annotations
@@ -202,6 +203,16 @@ class Connection(metaclass=NoPublicConstructor):
             # lose the bytes just read (it was checked before the read).
             await trio.lowlevel.cancel_shielded_checkpoint()
         return chunk
+
+    def leave_budget(self) -> None:
+        """Read outside the server's shared budget from now on, giving back what this holds:
+        for a peer the server admitted (a harness), whose large frames (a snapshot) must never
+        wait on strangers' half-written ones; one frame of ``MAX_FRAME`` at most is its own."""
+        if self._budget is not None:
+            self._budget.adjust(-self._held)
+            self._budget = None
+            self._held = 0
+            self._frame_deadline = math.inf
 
     async def refuse(self, error: ProtocolError) -> None:
         """Tell the peer why its frame was refused (best effort), then close."""
