@@ -4,6 +4,7 @@ reaped, and the owner never holds a zombie. Real owners, real signals, real esca
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -211,6 +212,51 @@ async def test_a_killed_keeper_is_replaced_and_its_orphans_stopped_by_mark(
     assert before.returncode == -signal.SIGINT  # the kernel kept its status for us
     assert f"keeper pid {keeper} died; starting another" in caplog.text
     await wait_until(reap_zombie_children)
+
+
+
+# An owner that is no subreaper (its orphans go to the test): its group runs a tool that
+# leaves a setsid process (pid in argv[1]); the keeper is SIGKILLed as the group closes, and
+# the group is closed before it can hear of it (no checkpoint between).
+CLOSING_OWNER = """
+    import os, signal, sys, time, trio, tether
+    DETACH = 'setsid sh -c \\'echo $$ > "$0"; exec sleep 1000\\' "$0" </dev/null >/dev/null 2>&1 &'
+    def ppid(pid):
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    async def main():
+        async with tether.ChildGroup(sys.argv[2], 1, grace=0.2) as group:
+            await group.run(["sh", "-c", DETACH, sys.argv[1]], timeout=30)
+            while not os.path.exists(sys.argv[1]) or not open(sys.argv[1]).read().strip():
+                await trio.sleep(0.01)
+            escaped, keeper = int(open(sys.argv[1]).read()), group.keeper_pid
+            while ppid(escaped) != keeper:
+                await trio.sleep(0.01)
+            os.kill(keeper, signal.SIGKILL)
+            while open(f"/proc/{keeper}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                time.sleep(0.001)
+    trio.run(main)
+"""
+
+
+async def test_a_keeper_killed_as_its_group_closes_leaves_no_escapee(tmp_path: Path) -> None:
+    """Found by the campaign: the keeper dies just as its group closes, before the group has
+    heard of it. Its orphan (a setsid process that left the tool) went to another subreaper,
+    and the dead keeper cannot release it: the group finds it by its mark and stops it."""
+    pid_file = tmp_path / "escaped"
+    owner = subprocess.Popen(python(CLOSING_OWNER, str(pid_file), unique_session()))
+    try:
+        assert await trio.to_thread.run_sync(owner.wait, 30) == 0
+        escaped = psutil.Process(int(pid_file.read_text()))
+        await wait_until(
+            lambda: not escaped.is_running() or escaped.status() == psutil.STATUS_ZOMBIE,
+            timeout=HEADROOM,
+        )
+    finally:
+        end(owner, tmp_path)
+        if _written(pid_file):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(int(pid_file.read_text())).kill()
+        await wait_until(reap_zombie_children)
 
 
 # An owner whose first keeper is killed under the escapees: it writes the second keeper's pid.

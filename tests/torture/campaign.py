@@ -134,7 +134,8 @@ async def _teardown(here: World) -> None:
     if here.daemon is not None:
         here.daemon.terminate()
         await trio.to_thread.run_sync(here.daemon.wait)
-    for session in [*here.sessions, *(o.session for o in here.retired)]:
+    owners = [*here.owners.values(), *here.retired]  # a violation may have left one running
+    for session in [*here.sessions, *(owner.session for owner in owners)]:
         for pid, _ in invariants.group_of(session):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)

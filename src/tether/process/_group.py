@@ -327,7 +327,9 @@ class ChildGroup:
         return refs(roots | descendants(stats, roots))
 
     async def aclose(self) -> None:
-        """Stop every tree and reap; idempotent. Bounded by ``2 * grace + 1`` seconds."""
+        """Stop every tree and reap; idempotent. Bounded by ``2 * grace + 1`` seconds, twice
+        that if the keeper is lost while the group closes (its orphans are then found again
+        by their mark, wherever they went)."""
         if self._state is GroupState.CLOSED:
             return
         self._state = GroupState.CLOSING
@@ -344,12 +346,16 @@ class ChildGroup:
                     break
                 await stop_processes(self.members, leaders, self.grace)
         survivors = self.members()
+        with trio.CancelScope(shield=True):
+            await self._keepers.close(self._children)
+        if self._keepers.lost:
+            bound = trio.current_time() + 2 * self.grace + KILL_WAIT
+            with trio.CancelScope(deadline=bound, shield=True):
+                survivors = set(await stop_processes(self.members, leaders, self.grace))
         for survivor in survivors:
             logger.error(
                 "session %s: survivor after teardown: %s", self.session, survivor.describe()
             )
-        with trio.CancelScope(shield=True):
-            await self._keepers.close(self._children)
         for child in self._children:
             child.close_streams()
         self._state = GroupState.CLOSED

@@ -130,12 +130,13 @@ class Keepers:
         return child
 
     def keeper_lost(self, keeper: Keeper) -> None:
-        """The shared keeper was killed while this group is open: its children went to the
-        nearest subreaper or init, and their statuses come from the kernel."""
+        """The shared keeper was killed: its children went to the nearest subreaper or init,
+        so the group finds them by their mark from now on, even while it closes; while it is
+        open, their statuses come from the kernel."""
+        self.lost = True
         if not self._is_open():
             return
         assert self._nursery is not None
-        self.lost = True
         logger.error("session %s: its keeper pid %d died", self.session, keeper.pid)
         for child in self._unreported(keeper):
             self._nursery.start_soon(child.without_keeper)
@@ -155,7 +156,8 @@ class Keepers:
 
     async def close(self, children: Sequence[Child]) -> None:
         """Wait (bounded) for the keeper's last reports of ``children``, have it kill what is
-        left of the group, and stop using it (idempotent)."""
+        left of the group, and stop using it (idempotent). A keeper that cannot (it died, or
+        does not answer) leaves ``lost`` set: the group then stops its marked processes."""
         keeper = self.current
         if keeper is None or self._host is None:
             return
@@ -164,7 +166,9 @@ class Keepers:
                 if not child.done and keeper.alive:
                     await child.wait()
         killed = await keeper.release(self.mark)
-        if killed:
+        if killed is None:  # gone or mute: what it held went elsewhere, and nobody sweeps it
+            self.lost = True
+        elif killed:
             logger.warning("session %s: its keeper killed %d left behind", self.session, killed)
         self._released = True
         if self in self._host.users:
