@@ -218,7 +218,17 @@ async def test_row_7_half_written_frames_hold_a_bounded_share_of_memory(tmp_path
                     assert shown.returncode == 0, shown.stderr
                     snapshot = json.loads(shown.stdout)["snapshot"]
                     assert len(json.dumps(snapshot)) > FREE  # more than a stranger's free share
-                await trio.sleep(1.0)  # five heartbeats: a pong stuck behind it would tell
+                answered = time.monotonic()
+
+                def pong_since() -> bool:  # the daemon read a beat sent after the snapshots
+                    asked = time.monotonic()
+                    age = json.loads(subprocess.run(
+                        [*TETHER, "ps", "--json", "--socket", str(tmp_path / "agentd.sock")],
+                        capture_output=True, timeout=30, check=True,
+                    ).stdout)["sessions"][0]["heartbeat_age"]  # fmt: skip
+                    return age is not None and age < asked - answered
+
+                await wait_until(pong_since, timeout=20)
                 assert rows(tmp_path) == [("attached", started["pid"])]
             finally:
                 for conn in conns:

@@ -214,25 +214,23 @@ async def test_a_killed_keeper_is_replaced_and_its_orphans_stopped_by_mark(
     await wait_until(reap_zombie_children)
 
 
-
 # An owner that is no subreaper (its orphans go to the test): its group runs a tool that
 # leaves a setsid process (pid in argv[1]); the keeper is SIGKILLed as the group closes, and
 # the group is closed before it can hear of it (no checkpoint between).
 CLOSING_OWNER = """
     import os, signal, sys, time, trio, tether
+    from tether._procfs import stat_fields  # state first, then the parent's pid
     DETACH = 'setsid sh -c \\'echo $$ > "$0"; exec sleep 1000\\' "$0" </dev/null >/dev/null 2>&1 &'
-    def ppid(pid):
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
     async def main():
         async with tether.ChildGroup(sys.argv[2], 1, grace=0.2) as group:
             await group.run(["sh", "-c", DETACH, sys.argv[1]], timeout=30)
             while not os.path.exists(sys.argv[1]) or not open(sys.argv[1]).read().strip():
                 await trio.sleep(0.01)
             escaped, keeper = int(open(sys.argv[1]).read()), group.keeper_pid
-            while ppid(escaped) != keeper:
+            while int(stat_fields(escaped)[1]) != keeper:
                 await trio.sleep(0.01)
             os.kill(keeper, signal.SIGKILL)
-            while open(f"/proc/{keeper}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            while stat_fields(keeper)[0] != "Z":
                 time.sleep(0.001)
     trio.run(main)
 """
