@@ -54,8 +54,59 @@ def _describe(process: psutil.Process) -> str | None:
         return None
 
 
+FOREIGN_SESSIONS = ("s1", "s2")  # the names the README and the guide use
+
+
+def _start_foreign(session: str) -> int:
+    """A stand-in for a user's running harness of ``session``: a process carrying its mark,
+    started by a double fork before this process becomes a subreaper, so it is *not* one of
+    the suite's processes (issue 43: the suite once SIGKILLed a newcomer's own ``s1``)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the intermediate child
+        os.close(read)
+        os.setsid()
+        env = {**os.environ, "TETHER_SESSION": session, "TETHER_EPOCH": "1"}
+        grandchild = os.fork()
+        if grandchild == 0:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.execvpe("sleep", ["sleep", "7200"], env)
+        os.write(write, str(grandchild).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(child, 0)
+    with os.fdopen(read) as pipe:
+        return int(pipe.read())
+
+
 @pytest.fixture(scope="session", autouse=True)
-def no_process_left_behind() -> Iterator[None]:
+def foreign_agents_survive() -> Iterator[None]:
+    """Fail the run if the suite touched a process it did not start: two foreign processes
+    marked ``s1`` and ``s2`` must be alive, untouched, when the last test is done."""
+    pids = {session: _start_foreign(session) for session in FOREIGN_SESSIONS}
+    created = {session: psutil.Process(pid).create_time() for session, pid in pids.items()}
+    yield
+    killed = []
+    for session, pid in pids.items():
+        try:
+            process = psutil.Process(pid)
+            alive = process.create_time() == created[session] and process.status() not in (
+                psutil.STATUS_ZOMBIE,
+                psutil.STATUS_DEAD,
+            )
+            process.kill()
+        except psutil.NoSuchProcess:
+            alive = False
+        if not alive:
+            killed.append(session)
+    if killed:
+        pytest.fail(f"the suite killed a foreign agent it did not start: {', '.join(killed)}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind(foreign_agents_survive: None) -> Iterator[None]:
     """Fail the run if any process started during it outlives it, zombies included.
 
     The test process becomes a child subreaper first, so a process that escapes a test (a

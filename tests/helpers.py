@@ -111,20 +111,24 @@ async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) ->
             await trio.sleep(0.005)
 
 
-def marked(session: str) -> list[psutil.Process]:
-    """Every process on the machine whose environment carries ``TETHER_SESSION=session``.
+def ours() -> list[psutil.Process]:
+    """This test process's descendants: what the suite started. The suite is a subreaper
+    (conftest), so a process that escaped a test by a double fork or ``setsid`` is here too,
+    and a process some other program on the machine started never is."""
+    return psutil.Process().children(recursive=True)
 
-    Read the way ``find_twins`` reads it, so a process caught inside ``execve`` is not missed.
+
+def marked(session: str) -> list[psutil.Process]:
+    """The suite's own processes whose environment carries ``TETHER_SESSION=session``.
+
+    Read the way ``find_twins`` reads it, so a process caught inside ``execve`` is not missed;
+    only descendants are looked at, so a user's harness of the same name is never touched.
     """
     found = []
-    for pid in psutil.pids():
-        mark = marks(pid)
-        if mark is None or mark.session != session:
-            continue
-        try:
-            found.append(psutil.Process(pid))
-        except psutil.Error:
-            continue
+    for process in ours():
+        mark = marks(process.pid)
+        if mark is not None and mark.session == session:
+            found.append(process)
     return found
 
 
@@ -140,7 +144,8 @@ def count_named(session: str, name: str) -> int:
 
 
 def kill_marked(session: str) -> None:
-    """SIGKILL every process carrying the session's mark: a failed test's clean-up."""
+    """SIGKILL every process of the suite's carrying the session's mark: a failed test's
+    clean-up, never reaching another program's harness of the same name (issue 43)."""
     for process in marked(session):
         try:
             process.kill()

@@ -24,7 +24,7 @@ import psutil
 import pytest
 import trio
 
-from helpers import SIGINT_REPORTER, python, reap_zombie_children, wait_until
+from helpers import SIGINT_REPORTER, ours, python, reap_zombie_children, wait_until
 
 RUN = [sys.executable, "-m", "tether", "run", "--grace", "0.3"]
 
@@ -668,8 +668,11 @@ async def test_a_killed_tether_run_leaves_no_survivor(tmp_path: Path) -> None:
 
 def _sleepers() -> list[psutil.Process]:
     found = []
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = process.info["cmdline"] or []
+    for process in ours():  # never another test worker's or a user's sleepers
+        try:
+            cmdline = process.cmdline()
+        except psutil.Error:
+            continue
         if len(cmdline) == 2 and cmdline[0].endswith("sleep") and cmdline[1] in {
             "1000", "1001", "1002", "1003", "1004"
         }:  # fmt: skip
