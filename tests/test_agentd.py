@@ -152,7 +152,7 @@ def never_two_attached(rows: list[dict[str, Any]]) -> None:
 
 
 def transcript_text(directory: Path, session: str) -> str:
-    path = directory / session / f"{session}.jsonl"
+    path = directory / "sessions" / session / f"{session}.jsonl"
     return path.read_text() if path.exists() else ""
 
 

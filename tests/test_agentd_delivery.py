@@ -42,14 +42,14 @@ raise SystemExit(run_harness(engine))
 
 def records(directory: Path, session: str) -> list[str]:
     """The prompt ids the session's transcript records, once per record."""
-    path = directory / session / f"{session}.jsonl"
+    path = directory / "sessions" / session / f"{session}.jsonl"
     entries = scan(path.read_bytes()).entries if path.exists() else []
     return [e.prompt_id for e in entries if isinstance(e, Message) and e.prompt_id is not None]
 
 
 def turn_ends(directory: Path, session: str) -> list[tuple[str, str]]:
     """The transcript's turn ends, in order: ``(kind, prompt_id)``."""
-    path = directory / session / f"{session}.jsonl"
+    path = directory / "sessions" / session / f"{session}.jsonl"
     entries = scan(path.read_bytes()).entries if path.exists() else []
     ends = [e for e in entries if isinstance(e, Event) and e.kind in ("turn_done", "turn_aborted")]
     return [(e.kind, e.data["prompt_id"]) for e in ends]
@@ -99,7 +99,7 @@ async def test_a_prompt_read_behind_a_busy_engine_survives_its_harness_s_sigkill
         assert records(directory, session) == ["first", "second"]
         assert await daemon.store.pending() == []
         await wait_until(lambda: ("turn_done", "second") in turn_ends(directory, session))
-    path = directory / session / f"{session}.jsonl"
+    path = directory / "sessions" / session / f"{session}.jsonl"
     entries = scan(path.read_bytes()).entries
     sealed = [e for e in entries if isinstance(e, Event) and e.kind == "turn_aborted"]
     assert [e.data["prompt_id"] for e in sealed] == ["first"]
@@ -110,7 +110,7 @@ async def test_a_prompt_read_behind_a_busy_engine_survives_its_harness_s_sigkill
     ]
     cut = [e for e in entries if isinstance(e, ToolResult) and e.status == "interrupted"]
     assert len(cut) == 1  # the first prompt's agent call, sealed by the next harness
-    log = (directory / session / "harness.log").read_text()
+    log = (directory / "sessions" / session / "harness.log").read_text()
     assert "prompt first was cut short by an earlier harness" in log
 
 

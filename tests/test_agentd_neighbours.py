@@ -279,7 +279,7 @@ async def test_row_8_a_log_swapped_for_a_device_or_fifo_is_refused_not_read(
     try:
         async with cli_daemon(tmp_path) as process:
             await tether_cmd(tmp_path, "start", session)
-            log = tmp_path / session / "harness.log"
+            log = tmp_path / "sessions" / session / "harness.log"
             log.unlink()
             log.symlink_to("/dev/zero")
             done = await tether_run(tmp_path, "logs", session)
@@ -373,7 +373,7 @@ async def test_a_session_log_swapped_for_a_symlink_or_fifo_is_replaced_at_spawn(
     try:
         async with running(directory) as daemon:
             started = await daemon.agentd.start_agent(session)
-            log = directory / session / "harness.log"
+            log = directory / "sessions" / session / "harness.log"
             for swap in (lambda: log.symlink_to(elsewhere), lambda: os.mkfifo(log)):
                 log.unlink()
                 swap()

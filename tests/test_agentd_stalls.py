@@ -140,7 +140,7 @@ async def test_work_that_advances_is_never_stalled(directory: Path, work: str) -
     async with running(directory) as agentd:
         await agentd.deliver(session, work)
         seen = await watch_states(agentd, session, 3 * STALL)
-        transcript = directory / session / f"{session}.jsonl"
+        transcript = directory / "sessions" / session / f"{session}.jsonl"
         await wait_until(lambda: f"done {work}" in transcript.read_text(), timeout=20)
     assert "stalled" not in seen
     assert "stalled" not in kinds(directory, session)
@@ -165,7 +165,7 @@ async def test_respawn_replaces_a_stalled_harness_and_a_fresh_epoch_answers(
         await wait_until(lambda: "respawned" in kinds(directory, session), timeout=STALL + 15)
         second = await agentd.deliver(session, "done")
         assert second.epoch > first.epoch
-        transcript = directory / session / f"{session}.jsonl"
+        transcript = directory / "sessions" / session / f"{session}.jsonl"
         await wait_until(lambda: "done done" in transcript.read_text(), timeout=20)
     events = agentd_events(directory, session)
     superseded = [e for e in events if e["kind"] == "superseded"]

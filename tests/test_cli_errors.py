@@ -150,7 +150,7 @@ async def test_send_reads_its_prompt_from_stdin_and_create_makes_a_session(
     async with daemon(tmp_path):
         code, stderr = tether("send", "s1", "-", "--create", "--socket", sock, stdin="a secret\n")
         assert code == 0, stderr
-        transcript = tmp_path / "s1" / "s1.jsonl"
+        transcript = tmp_path / "sessions" / "s1" / "s1.jsonl"
         await wait_until(lambda: transcript.exists() and "a secret" in transcript.read_text())
         code, _ = tether("stop", "s1", "--socket", sock)
         assert code == 0

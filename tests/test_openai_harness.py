@@ -48,7 +48,7 @@ async def running(directory: Path, fake: FakeModel) -> AsyncIterator[Agentd]:
 
 
 def entries(directory: Path, session: str) -> list[Any]:
-    path = directory / session / f"{session}.jsonl"
+    path = directory / "sessions" / session / f"{session}.jsonl"
     return list(scan(path.read_bytes()).entries) if path.exists() else []
 
 

@@ -230,7 +230,7 @@ def _why(world: World, pid: int) -> str:
 def acknowledged(world: World, watch: Watch, session: str) -> list[Violation]:
     """Every tool result the harness acknowledged is in its transcript, as it was reported."""
     found: list[Violation] = []
-    path = world.state / session / f"{session}.jsonl"
+    path = world.state / "sessions" / session / f"{session}.jsonl"
     try:
         entries = scan(path.read_bytes()).entries
     except FileNotFoundError:
@@ -298,7 +298,8 @@ def delivered(world: World, watch: Watch, sends: Iterable[dict[str, object]]) ->
 def recorded_prompts(world: World, session: str) -> list[str]:
     """The prompt ids the session's transcript records, once per record."""
     try:
-        entries = scan((world.state / session / f"{session}.jsonl").read_bytes()).entries
+        path = world.state / "sessions" / session / f"{session}.jsonl"
+        entries = scan(path.read_bytes()).entries
     except FileNotFoundError:
         return []
     return [e.prompt_id for e in entries if isinstance(e, Message) and e.prompt_id is not None]

@@ -144,7 +144,7 @@ async def run(seed: int, seconds: float) -> tuple[int, list[tuple[str, str]]]:
                     await _settle(agentd, directory, queued, failed)
                     work.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
-        transcript = directory / SESSION / f"{SESSION}.jsonl"
+        transcript = directory / "sessions" / SESSION / f"{SESSION}.jsonl"
         return steps, violations_of(transcript, fake, queued, failed, exits)
 
 
@@ -175,7 +175,7 @@ async def _quietly(fn: Any, *args: Any) -> None:
 
 async def _settle(agentd: Agentd, directory: Path, queued: list[str], failed: set[str]) -> None:
     """With the faults over, let every queued prompt be recorded or fail, and the engine idle."""
-    transcript = directory / SESSION / f"{SESSION}.jsonl"
+    transcript = directory / "sessions" / SESSION / f"{SESSION}.jsonl"
     with trio.move_on_after(90):
         while True:
             await _quietly(agentd.start_agent, SESSION)

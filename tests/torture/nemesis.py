@@ -272,7 +272,7 @@ def log_swapper(sends: Sends) -> Action:
         """Replace a session's harness log by a FIFO or a symlink to a device, as any tool
         the agent runs could, and ask for it (refused or read, within its bound)."""
         session = _session(world, rng)
-        log = world.state / session / "harness.log"
+        log = world.state / "sessions" / session / "harness.log"
         kind = rng.choice(["fifo", "zero", "urandom"])
         with contextlib.suppress(FileNotFoundError):
             log.unlink()

@@ -230,7 +230,7 @@ class World:
         return found
 
     def received(self, session: str) -> list[dict[str, object]]:
-        return _lines(self.state / session / "torture.jsonl")
+        return _lines(self.state / "sessions" / session / "torture.jsonl")
 
 
 def keeper_of(pid: int) -> int | None:

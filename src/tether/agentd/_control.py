@@ -92,8 +92,7 @@ class Operations(Protocol):
     @property
     def events(self) -> EventLog: ...
 
-    @property
-    def state_dir(self) -> str: ...
+    def session_dir(self, name: str) -> str: ...
 
 
 class ControlHandler:
@@ -164,7 +163,7 @@ class ControlHandler:
                 lines=request.lines, follow=request.follow,
             )  # fmt: skip
             return True
-        path = os.path.join(ops.state_dir, request.session, "harness.log")
+        path = os.path.join(ops.session_dir(request.session), "harness.log")
         await stream_log(connection, path, lines=request.lines, follow=request.follow)
         return True
 

@@ -75,7 +75,7 @@ class Harnesses:
             return await self._spawn_now(session, how, epoch)
 
     async def _spawn_now(self, session: Session, how: How, epoch: int) -> Attached:
-        directory = os.path.join(self.settings.state_dir, session.name)
+        directory = self.settings.session_dir(session.name)
         env = {
             **self.settings.env,
             "TETHER_SESSION": session.name,
@@ -133,6 +133,7 @@ class Harnesses:
         argv = self.settings.harness_argv
         path = os.path.join(directory, "harness.log")
         try:
+            os.makedirs(os.path.dirname(directory), mode=0o700, exist_ok=True)  # sessions/
             os.makedirs(directory, mode=0o700, exist_ok=True)
             log = _open_log(path)
         except OSError as exc:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import attrs
 
 from ._activity import StallPolicy
 from ._backoff import Backoff
+
+SESSIONS = "sessions"
+"""The subdirectory of the state directory that holds one directory per session."""
 
 
 @attrs.frozen
@@ -52,6 +56,12 @@ class Settings:
     def patience(self) -> float:
         """Seconds without a sign of life that make a harness a suspected phantom."""
         return self.miss_limit * self.heartbeat
+
+    def session_dir(self, name: str) -> str:
+        """``<state_dir>/sessions/<name>``: a session's directory (its harness log, transcript
+        and the state its harness keeps). Sessions live one level below the store's files and
+        the event log, so no session name can land on one of them (ADR 0043)."""
+        return os.path.join(self.state_dir, SESSIONS, name)
 
     @property
     def exit_bound(self) -> float:
@@ -138,3 +148,7 @@ class SettingsView:
     def exit_bound(self) -> float:
         """Seconds a superseded harness has to exit on its own (``2 * grace + 1``)."""
         return self.settings.exit_bound
+
+    def session_dir(self, name: str) -> str:
+        """A session's directory, ``<state_dir>/sessions/<name>``."""
+        return self.settings.session_dir(name)

@@ -46,7 +46,7 @@ async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
     """The scenario; its verdicts."""
     directory = root / "000"
     directory.mkdir(mode=0o700)
-    transcript = directory / SESSION / f"{SESSION}.jsonl"
+    transcript = directory / "sessions" / SESSION / f"{SESSION}.jsonl"
     async with demo_agentd(directory) as agentd, trio.open_nursery() as nursery:
         nursery.start_soon(show_events, log, agentd.subscribe())
         first = await agentd.deliver(SESSION, "run the test suite")
@@ -64,7 +64,7 @@ async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
         log.event("operator", f"pid {killer.pid} (sh -c kill) sends SIGTERM to pid {first.pid}")
         await _until(lambda: agentd.status()[0].pid is None, "the harness's exit")
         await killer.stop(0.2)
-        harness_log = (directory / SESSION / "harness.log").read_text()
+        harness_log = (directory / "sessions" / SESSION / "harness.log").read_text()
         heard = re.search(r"received SIGTERM from pid=(\d+) uid=\d+ cmd=(.*)", harness_log)
         sealed = [e for e in _entries(transcript) if isinstance(e, ToolResult)]
         for result in sealed:

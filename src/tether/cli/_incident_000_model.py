@@ -33,7 +33,7 @@ async def replay_model(log: Timeline, root: Path) -> list[Verdict]:
         return [Verdict("the model harness can run", False, "pip install 'tether[openai]'")]
     directory = root / "000-model"
     directory.mkdir(mode=0o700)
-    transcript = directory / SESSION / f"{SESSION}.jsonl"
+    transcript = directory / "sessions" / SESSION / f"{SESSION}.jsonl"
     fake = FakeModel([[("reasoning", "the suite is slow"), ("call", "sleep 600")],
                       [("text", ANSWER)]], model="mlx-community/qwen")  # fmt: skip
     async with trio.open_nursery() as server:

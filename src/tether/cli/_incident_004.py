@@ -66,7 +66,7 @@ async def _supersede(log: Timeline, directory: Path, stray: bool) -> _Reclaimed:
         took = time.perf_counter() - started
         delivered = await agentd.deliver(session, Prompt("next", "carry on", {"steps": 1}))
         nursery.cancel_scope.cancel()
-    harness_log = (directory / session / "harness.log").read_text()
+    harness_log = (directory / "sessions" / session / "harness.log").read_text()
     exit_line = next(
         (
             line
