@@ -8,11 +8,13 @@ waits on disk and one connection is never used from two threads.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
 from os import PathLike
 from typing import ClassVar, Self, TypeVar
 
+from ._private import check_owned, create_private
 from ._worker import Worker
 
 T = TypeVar("T")
@@ -46,6 +48,7 @@ class Database:
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._db is None:
+            prepare_file(self.path)
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             db.execute("PRAGMA journal_mode = WAL")
@@ -134,3 +137,17 @@ class immediate:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def prepare_file(path: str | os.PathLike[str]) -> None:
+    """Before SQLite opens ``path``: refuse a directory another user owns or can write to (it
+    could hold a link to a file of the victim's), and create the file 0600 (ADR 0044).
+
+    Raises:
+        UnsafeDirectory: naming the directory and what is wrong with it.
+    """
+    name = os.fspath(path)
+    if name == ":memory:" or name.startswith("file:"):
+        return
+    check_owned(os.path.dirname(os.path.abspath(name)), "store directory", private=False)
+    create_private(name)

@@ -25,6 +25,7 @@ from typing import Any
 
 import trio
 
+from .._private import make_owned
 from ..channels import Receiver
 from ..epochs import EpochStore, OwnedElsewhere, StoreUnavailable
 from ..process import become_subreaper, reap_orphans
@@ -64,9 +65,9 @@ class Agentd(SettingsView):
         socket_path: the Unix socket harnesses and ``tether`` commands connect to (its
             directory must be mode 0700; see ``tether.wire.serve``).
         harness_argv: how to start a harness; it gets ``TETHER_SESSION``, ``TETHER_EPOCH``,
-            ``TETHER_AGENTD`` (the socket), ``TETHER_STATE_DIR`` (``<state_dir>/<session>``),
-            ``TETHER_GRACE`` and ``TETHER_STORE_ID`` in its environment, which ``run_harness``
-            reads.
+            ``TETHER_AGENTD`` (the socket), ``TETHER_STATE_DIR``
+            (``<state_dir>/sessions/<session>``), ``TETHER_GRACE`` and ``TETHER_STORE_ID`` in
+            its environment, which ``run_harness`` reads.
         heartbeat: seconds between pings to each attached harness.
         miss_limit: heartbeats without a pong (or without a connection) that make a phantom.
         restart_limit: ``(n, window)``: more than ``n`` restarts within ``window`` seconds
@@ -74,7 +75,8 @@ class Agentd(SettingsView):
         grace: each step of stopping a harness's tree (SIGINT, SIGTERM, SIGKILL).
         start_timeout: seconds a new harness has to say ``Hello``.
         delivery_attempts: how many times ``deliver`` tries, each through ``start_agent``.
-        state_dir: sessions' directories and the event log (default: the socket's directory).
+        state_dir: the event log, and sessions' directories under ``sessions/`` (default: the
+            socket's directory).
         env: the harnesses' base environment (default: this process's).
         reap_orphans: make this process a subreaper and reap every zombie child no ``Child``
             answers for (what ``tether agentd`` does; leave it off when embedding the daemon
@@ -205,9 +207,9 @@ class Agentd(SettingsView):
         """
         if self._tasks.nursery is not None:
             raise RuntimeError("this Agentd is already running")
+        make_owned(self.state_dir, "state directory")  # before anything is opened in it
         async with self.store.exclusive():
             self._harnesses.store_id = await self.store.identity()
-            os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
             default_log = os.path.join(self.state_dir, "agentd.events.jsonl")
             self.events.open(log_path if log_path is not None else default_log)
             if self.reap_orphans:

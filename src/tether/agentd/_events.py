@@ -18,6 +18,7 @@ from typing import IO, Any
 import attrs
 import trio
 
+from .._private import open_private
 from .._util import Throttle
 from ..channels import Receiver, Sender, SendError, channel
 
@@ -156,7 +157,8 @@ class EventLog:
         if self._file is not None:
             self._file.close()
         self.path = path
-        self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        # 0600: the events name sessions and carry the reasons users' prompts failed
+        self._file = open(open_private(path), "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
     def emit(self, event: AgentEvent) -> None:
         if not event.host:

@@ -17,6 +17,7 @@ import time
 import trio
 
 from .. import signals
+from .._private import make_owned
 from ..agentd import Agentd, Backoff
 from ..epochs import EpochStore, SqliteEpochStore
 from ..process import SpawnError
@@ -114,7 +115,9 @@ async def _daemon(args: argparse.Namespace) -> int:
     limit = _raise_fd_limit()
     socket_path = args.socket
     directory = os.path.dirname(socket_path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    # Checked before anything is opened or created in it (ADR 0044): a directory another
+    # user made first could hold a link that turns the store's first write into theirs.
+    make_owned(directory, "socket directory", private=True)
     harness = args.harness or [sys.executable, "-m", "tether.harness.example"]
     # Signals first: the store's worker thread must start with them blocked.
     async with signals.receive(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as events:

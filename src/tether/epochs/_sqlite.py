@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from .. import _aio
 from .._batch import GroupCommit
-from .._sqlite import Database, SqliteFile, immediate
+from .._sqlite import Database, SqliteFile, immediate, prepare_file
 from ._inline import BUMP, InlineBumps
 from ._store import (
     FencedStore,
@@ -368,6 +368,7 @@ def _current(db: sqlite3.Connection, session: str) -> int | None:
 
 def _lock_daemon(path: str) -> int:
     lock_path = f"{path}.daemon.lock"
+    prepare_file(path)  # the directory is checked before the lock file is made in it
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:

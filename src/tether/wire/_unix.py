@@ -20,6 +20,7 @@ from typing import NoReturn
 
 import trio
 
+from .._private import UnsafeDirectory, check_owned
 from .._util import Throttle, trim_heap
 from ..channels import ChannelClosed
 from ._budget import FrameBudget
@@ -31,7 +32,7 @@ logger = logging.getLogger("tether.wire")
 Handler = Callable[[Connection], Awaitable[object]]
 
 
-class UnsafeSocketPath(PermissionError):
+class UnsafeSocketPath(UnsafeDirectory):
     """The socket's directory (or an old file in its place) is not safe to listen in."""
 
 
@@ -48,20 +49,11 @@ def check_directory(path: str) -> None:
     """
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        info = os.stat(directory)
-    except FileNotFoundError:
-        raise UnsafeSocketPath(f"socket directory {directory} does not exist") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise UnsafeSocketPath(f"{directory} is not a directory")
-    if info.st_uid != os.getuid():
-        raise UnsafeSocketPath(
-            f"socket directory {directory} is owned by uid {info.st_uid}, not {os.getuid()}"
-        )
-    if info.st_mode & 0o077:
-        raise UnsafeSocketPath(
-            f"socket directory {directory} has mode {stat.S_IMODE(info.st_mode):04o};"
-            " it must be 0700 so no other user can reach the socket"
-        )
+        check_owned(directory, "socket directory", private=True)
+    except UnsafeSocketPath:
+        raise
+    except UnsafeDirectory as exc:
+        raise UnsafeSocketPath(str(exc)) from None
 
 
 async def _remove_stale(path: str) -> None:
