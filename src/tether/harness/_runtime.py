@@ -27,7 +27,7 @@ import trio
 
 from .. import signals
 from ..channels import ChannelClosed, Receiver
-from ..journal import Message, Transcript
+from ..journal import JournalError, Message, Transcript
 from ..liveness import Ledger
 from ..process import ChildGroup
 from ._context import Engine
@@ -88,6 +88,7 @@ def run_harness(
 
 
 EX_USAGE = 64
+EX_IOERR = 74
 RUN_UNDER_AGENTD = (
     "a harness is started by tether agentd (tether agentd -- python harness.py, then"
     " tether start SESSION), or given every setting by its caller"
@@ -104,8 +105,13 @@ def _env(name: str) -> str:
 async def _harness(engine: Engine, settings: HarnessSettings) -> int:
     # Signals first: every thread started after this (the transcript's, trio's) blocks them.
     async with signals.receive(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as events:
+        try:
+            opened = await Transcript.open(settings.transcript, resume=True)
+        except JournalError as exc:  # a directory in its place, a full disk, another writer
+            print(f"tether harness: cannot open the transcript: {exc}", file=sys.stderr)
+            return EX_IOERR
         async with (
-            await Transcript.open(settings.transcript, resume=True) as transcript,
+            opened as transcript,
             _ledger(settings.ledger) as ledger,
             ChildGroup(settings.session, settings.epoch, settings.grace) as children,
         ):

@@ -176,7 +176,7 @@ def trim(fd: int, tail: Tail) -> None:
 
 def open_for_append(path: str) -> int:
     try:
-        return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)  # read too: a relocation copies it
     except OSError as exc:
         raise error(exc, path) from exc
 

@@ -20,7 +20,7 @@ from .. import _aio
 from .._aio import KernelSync
 from .._util import write_all
 from .._worker import Worker
-from . import _disk
+from . import _disk, _relocate
 from ._disk import Tail
 
 INLINE_WRITE = 64 * 1024
@@ -37,6 +37,8 @@ class Sink:
         self.fd = fd
         self.tail = tail
         self.path = path
+        self.held = _relocate.identity(fd)
+        """The open file's device and inode, to compare the path with (ADR 0045)."""
         self._worker = worker
         self._sync = sync
 
@@ -81,6 +83,16 @@ class Sink:
             raise _disk.error(exc, self.path) from exc
         tail.size += len(data)
         tail.allocated = tail.size
+
+    async def move_to(self, fd: int) -> None:
+        """Append to ``fd`` (a new file holding the same data) from now on; the old one is
+        closed."""
+        sync, self._sync = self._sync, None
+        old, self.fd = self.fd, fd
+        self.held = _relocate.identity(fd)
+        await self._worker.run(_close, old, Tail(self.tail.size, self.tail.size), sync)
+        if _aio.wanted():
+            self._sync = await self._worker.run(KernelSync.open, fd)
 
     async def aclose(self) -> None:
         """Close the file (on the worker thread)."""

@@ -9,6 +9,7 @@ write and one sync for everything queued while the previous one was in flight (A
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -21,9 +22,10 @@ import trio.lowlevel
 from .._batch import GroupCommit
 from .._util import NoPublicConstructor
 from .._worker import Worker
-from . import _disk
+from . import _disk, _relocate
 from ._disk import JournalError, Repair
 from ._entries import STATUSES, Entry, Event, Message, ToolCall, ToolResult, new_id, now
+from ._relocate import Place
 from ._sink import Sink
 
 logger = logging.getLogger("tether.journal")
@@ -104,9 +106,11 @@ class Transcript(metaclass=NoPublicConstructor):
             worker.stop()
             raise
         try:
+            await worker.run(_relocate.restore, path)  # deleted while no writer held it
             loaded = await worker.run(lambda: _disk.load(path, create=create))
             tail = _disk.Tail(loaded.size, loaded.allocated)
             sink = await Sink.open(path, tail, worker)
+            await worker.run(_relocate.point_keep, path, sink.fd)
         except BaseException:
             os.close(lock_fd)
             worker.stop()
@@ -280,6 +284,9 @@ class Transcript(metaclass=NoPublicConstructor):
         data = appends[0][1] if len(appends) == 1 else b"".join(data for _, data in appends)
         try:
             await self._sink.append(data)
+            where = _relocate.place(self.path, self._sink.held)
+            if where is not Place.SAME:
+                await self._moved(where)
         except JournalError as exc:
             self._broken = exc
             raise
@@ -288,6 +295,32 @@ class Transcript(metaclass=NoPublicConstructor):
                 self._entries.append(entry)
                 self._index(entry)
         return [None] * len(appends)
+
+    async def _moved(self, where: Place) -> None:
+        """The path no longer names the open file (ADR 0045): recreate it from the open file if
+        it is gone, and go on; if something else took it, keep a copy beside it and fail, so
+        this group is not acknowledged.
+
+        Raises:
+            JournalError: ESTALE, naming the copy.
+        """
+        sink = self._sink
+        assert sink is not None
+        with trio.CancelScope(shield=True):
+            if where is Place.GONE:
+                try:
+                    fd = await self._worker.run(_relocate.recreate, self.path, sink.fd, sink.tail)
+                except JournalError as exc:
+                    logger.warning("%s: deleted, and cannot be recreated: %s", self.path, exc)
+                else:
+                    await sink.move_to(fd)
+                    logger.warning(
+                        "%s: the file was deleted; recreated from the open file", self.path
+                    )
+                    return
+            orphan = await self._worker.run(_relocate.save_orphan, self.path, sink.fd, sink.tail)
+        kept = f"; what it held is in {os.path.basename(orphan)}" if orphan else ""
+        raise JournalError(errno.ESTALE, f"the transcript file was replaced{kept}", self.path)
 
     def _check_open(self) -> None:
         if self._sink is None:
