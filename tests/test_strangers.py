@@ -1,0 +1,176 @@
+"""Issue 40: what a stranger (a hostile user, a buggy tool) does to the daemon's files, tried on
+real daemons and harnesses: a session name that is one of the store's files, a socket directory
+another user made first, a transcript deleted or replaced while its harness runs."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from helpers import QUICK_HARNESS, descendants, gone_since, wait_until
+from test_cli_agentd import TETHER, daemon, stop, tether
+from tether.journal import JournalError, Transcript
+
+
+@pytest.fixture(autouse=True)
+def none_left(no_process_leaks: None) -> Iterator[None]:
+    """Every harness and keeper the test's daemons left (they outlive a daemon by design) is
+    killed and reaped before the leak guard looks (polled: a keeper exits after its harness)."""
+    before = descendants()
+    yield
+    deadline = time.monotonic() + 30
+    while not gone_since(before):
+        assert time.monotonic() < deadline, "the test's processes would not go"
+        time.sleep(0.01)
+
+STORE_NAMES = ["epochs.sqlite3-journal", "epochs.sqlite3-wal", "agentd.sock", "agentd.events.jsonl"]
+
+
+@pytest.mark.parametrize("name", STORE_NAMES)
+async def test_row_1_a_session_named_like_a_store_file_cannot_stop_the_daemon_restarting(
+    agentd_dir: Path, name: str
+) -> None:
+    async with daemon(agentd_dir) as process:
+        await tether(agentd_dir, "start", name)
+        await tether(agentd_dir, "send", name, "hello")
+        assert (agentd_dir / "sessions" / name).is_dir()
+        assert await stop(process) == 0
+    async with daemon(agentd_dir) as process:  # it starts again, on the same store
+        await tether(agentd_dir, "start", name)
+        assert name in await tether(agentd_dir, "ps")
+        assert await stop(process) == 0
+
+
+def test_row_2_a_socket_directory_of_another_uid_is_refused_before_the_store_is_touched(
+    tmp_path: Path,
+) -> None:
+    if os.getuid() != 0:
+        pytest.skip("making a directory of another uid needs root")
+    victim = tmp_path / "victim.sqlite3"
+    sqlite3.connect(victim).close()
+    taken = tmp_path / "tether-taken"
+    taken.mkdir(mode=0o700)
+    (taken / "epochs.sqlite3").symlink_to(victim)
+    os.chown(taken, 4242, 4242)
+    done = subprocess.run(
+        [*TETHER, "agentd", "--socket", str(taken / "agentd.sock")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 77, done.stderr
+    assert "owned by uid 4242" in done.stderr
+    with sqlite3.connect(victim) as db:  # not one table added to the victim's database
+        assert db.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
+    assert sorted(p.name for p in taken.iterdir()) == ["epochs.sqlite3"]
+
+
+def test_row_2_a_store_in_a_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    sock_dir = tmp_path / "sock"
+    sock_dir.mkdir(mode=0o700)
+    done = subprocess.run(
+        [*TETHER, "agentd", "--socket", str(sock_dir / "a.sock"),
+         "--store", str(shared / "epochs.sqlite3")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 77, done.stderr
+    assert "store directory" in done.stderr
+    assert "writable by its owner only" in done.stderr
+    assert list(shared.iterdir()) == []
+
+
+async def test_the_daemon_s_files_are_0600_and_its_directories_0700(agentd_dir: Path) -> None:
+    agentd_dir.chmod(0o700)
+    async with daemon(agentd_dir) as process:
+        await tether(agentd_dir, "start", "modes")
+        await tether(agentd_dir, "send", "modes", "secret")
+        assert await stop(process) == 0
+    for path in [*agentd_dir.rglob("*")]:
+        if path.is_socket() or path.name == "agentd.log":  # the test's own log of the daemon
+            continue
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        want = 0o700 if path.is_dir() else 0o600
+        assert mode & 0o077 == 0, f"{path.relative_to(agentd_dir)}: {mode:04o}, want {want:04o}"
+
+
+async def test_row_3_a_transcript_deleted_under_its_writer_is_recreated_whole(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    async with await Transcript.open(path) as transcript:
+        await transcript.append_message("user", "before")
+        path.unlink()
+        await transcript.append_message("user", "after")
+        await transcript.append_message("user", "later")
+    async with await Transcript.open(path) as again:
+        assert [m.content for m in again.entries] == ["before", "after", "later"]
+
+
+async def test_row_3_a_transcript_deleted_while_no_writer_holds_it_comes_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    async with await Transcript.open(path) as transcript:
+        await transcript.append_message("user", "kept")
+    path.unlink()
+    async with await Transcript.open(path) as again:
+        assert [m.content for m in again.entries] == ["kept"]
+
+
+async def test_row_3_a_transcript_replaced_refuses_the_append_and_keeps_a_copy(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.jsonl"
+    async with await Transcript.open(path) as transcript:
+        await transcript.append_message("user", "before")
+        path.unlink()
+        path.mkdir()
+        with pytest.raises(JournalError, match=r"replaced; what it held is in s\.jsonl\.orphaned-"):
+            await transcript.append_message("user", "after")
+        with pytest.raises(JournalError):  # and every later one: nothing is acknowledged
+            await transcript.append_message("user", "later")
+    (orphan,) = tmp_path.glob("s.jsonl.orphaned-*")
+    assert b"\"content\":\"before\"" in orphan.read_bytes()
+
+
+async def test_row_3_a_harness_whose_transcript_is_a_directory_exits_74_in_one_line(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "x.jsonl").mkdir()
+    code = (
+        "from tether import run_harness\n"
+        "async def engine(commands, ctx):\n"
+        "    async for _ in commands: pass\n"
+        f"raise SystemExit(run_harness(engine, session='x', epoch=1, agentd='{tmp_path}/a.sock',"
+        f" transcript='{tmp_path}/x.jsonl'))\n"
+    )
+    done = await trio.run_process([sys.executable, "-c", code], capture_stderr=True, check=False)
+    assert done.returncode == 74
+    assert "Traceback" not in done.stderr.decode()
+    assert "cannot open the transcript" in done.stderr.decode()
+
+
+async def test_row_3_sends_after_the_transcript_is_deleted_are_all_recorded(
+    agentd_dir: Path,
+) -> None:
+    async with daemon(agentd_dir, "--", sys.executable, "-c", QUICK_HARNESS) as process:
+        await tether(agentd_dir, "start", "gone")
+        await tether(agentd_dir, "send", "gone", "first")
+        transcript = agentd_dir / "sessions" / "gone" / "gone.jsonl"
+        transcript.unlink()
+        for text in ("second", "third", "fourth"):
+            await tether(agentd_dir, "send", "gone", text)
+        await wait_until(lambda: transcript.exists() and "fourth" in transcript.read_text())
+        text = transcript.read_text()
+        assert all(f'"content":"{t}"' in text for t in ("first", "second", "third", "fourth"))
+        assert await stop(process) == 0
