@@ -215,7 +215,7 @@ def tmpfs(mount: Path, size: str) -> Iterator[Path]:
     mounting is not allowed."""
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mount)],
         capture_output=True,
         check=False,
     )

@@ -30,10 +30,13 @@ async def test_the_guide_s_engine_answers_a_prompt(tmp_path: Path) -> None:
         agentd = Agentd(store, tmp_path / "agentd.sock", [sys.executable, str(engine)], grace=0.3)
         async with agentd.running(stop_harnesses=True):
             delivered = await agentd.deliver("guide", "fix the tests")
-            transcript = tmp_path / "guide" / "guide.jsonl"
+            transcript = tmp_path / "sessions" / "guide" / "guide.jsonl"
             await wait_until(lambda: "agent exited 0" in transcript.read_text())
     assert delivered.attempts == 1
-    assert "engine up: session guide epoch 1" in (tmp_path / "guide" / "harness.log").read_text()
+    assert (
+        "engine up: session guide epoch 1"
+        in (tmp_path / "sessions" / "guide" / "harness.log").read_text()
+    )
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -147,6 +147,7 @@ LAYERS = [
     "_aio",
     "_worker",
     "_batch",
+    "_private",
     "_sqlite",
     "channels",
     "signals",
