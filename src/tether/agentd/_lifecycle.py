@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import stat
+from functools import partial
 
 import attrs
 import psutil
@@ -179,7 +180,12 @@ class Harnesses:
         if alive and current is not None and current.ref.is_alive():
             return
         try:
-            left = set(find_twins(session.name, epoch=epoch, host=self.host, store=self.store_id))
+            # Every process's environment is read: in a worker thread, so thousands of them
+            # never stop the daemon answering.
+            found = await trio.to_thread.run_sync(
+                partial(find_twins, session.name, epoch=epoch, host=self.host, store=self.store_id)
+            )
+            left = set(found)
         except OSError as exc:  # EMFILE and friends: logged, never fatal
             self._throttle.warn("sweep", "session %s: cannot sweep now: %s", session.name, exc)
             return

@@ -63,6 +63,13 @@ class ProcessRef:
         stat = read_stat(process.pid)
         return cls(process.pid, process.create_time(), stat.start if stat is not None else None)
 
+    def matches(self, stat: Stat) -> bool:
+        """Whether ``stat``, read for this pid, is this very process's (by start time; a ref
+        made without one is checked against the process table instead)."""
+        if self._start is None:
+            return self.state() is not None
+        return stat.start == self._start
+
     def stat(self) -> Stat | None:
         """``/proc/PID/stat`` if this process still exists (``None`` off Linux, or gone).
 

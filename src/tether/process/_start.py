@@ -21,7 +21,8 @@ from ._proc import read_stat
 from ._ref import ProcessRef
 from ._registry import SPAWNED
 from ._spawn import SpawnError, spawn_process
-from ._teardown import stop_processes, tree_of
+from ._table import descendants, snapshot
+from ._teardown import stop_processes
 
 
 async def start(
@@ -68,16 +69,30 @@ async def stop_tree(root: ProcessRef, grace: float) -> list[ProcessRef]:
 
 async def stop_trees(roots: Iterable[ProcessRef], grace: float) -> list[ProcessRef]:
     """``stop_tree`` for several roots at once: each step reaches every tree together, so
-    the whole stop takes one escalation, not one per root."""
+    the whole stop takes one escalation, not one per root.
+
+    Each pass reads the process table once for all the roots, in a worker thread, so a
+    harness that left thousands of processes costs O(processes) per pass and never holds up
+    the caller's other tasks (agentd keeps answering while it sweeps).
+    """
     roots = list(roots)
+    known: dict[int, ProcessRef] = {}
 
     def collect() -> set[ProcessRef]:
-        found: set[ProcessRef] = set()
-        for root in roots:
-            found |= tree_of(root)
+        stats = snapshot()
+        live = {root for root in roots if root.pid in stats and root.matches(stats[root.pid])}
+        found = set(live)
+        for pid in descendants(stats, [root.pid for root in live]):
+            ref = known.get(pid)
+            if ref is None or not ref.matches(stats[pid]):
+                try:
+                    ref = known[pid] = ProcessRef.of(pid)
+                except ProcessLookupError:
+                    continue
+            found.add(ref)
         return found
 
-    return await stop_processes(collect, roots, grace)
+    return await stop_processes(collect, roots, grace, in_thread=True)
 
 
 def reap(ref: ProcessRef) -> int | None:

@@ -28,40 +28,66 @@ KILL_WAIT = 1.0
 
 
 async def stop_processes(
-    collect: Callable[[], set[ProcessRef]], groups: Collection[ProcessRef], grace: float
+    collect: Callable[[], set[ProcessRef]],
+    groups: Collection[ProcessRef],
+    grace: float,
+    *,
+    in_thread: bool = False,
 ) -> list[ProcessRef]:
     """Stop every process ``collect()`` returns; the ones still there at the end (logged).
 
+    ``in_thread``: read the table and send the signals in a worker thread (a sweep of
+    thousands of processes); otherwise inline, which is cheaper for a group's few children.
     Bounded by ``2 * grace + KILL_WAIT`` plus the cost of reading the process table.
     """
     targets: set[ProcessRef] = set()
     for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT)):
-        targets |= _unfinished(await _collect(collect, wait), targets)
+        targets |= _unfinished(await _collect(collect, wait, in_thread), targets)
         if not targets:
             return []
         if sig == signal.SIGKILL:
-            for target in targets:
-                logger.warning("SIGKILL to %s after %.1fs of grace", target.describe(), 2 * grace)
-        _deliver(sig, targets, groups)
-        if sig == signal.SIGTERM:
-            _deliver(signal.SIGCONT, targets, groups)
+            if len(targets) > _NAMED:
+                logger.warning("SIGKILL to %d processes after %.1fs of grace", len(targets),
+                               2 * grace)  # fmt: skip
+            else:
+                for target in targets:
+                    logger.warning("SIGKILL to %s after %.1fs of grace", target.describe(),
+                                   2 * grace)  # fmt: skip
+        signals = (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,)
+        if in_thread:
+            await trio.to_thread.run_sync(_deliver_all, signals, targets, groups)
+        else:
+            _deliver_all(signals, targets, groups)
         with trio.move_on_after(wait):
             await wait_gone(targets, reap=True)
-    found = await _collect(collect, KILL_WAIT)
+    found = await _collect(collect, KILL_WAIT, in_thread)
     survivors = sorted(targets | _unfinished(found, targets), key=lambda ref: ref.pid)
     for survivor in survivors:
         logger.error("survived SIGKILL: %s state=%s", survivor.describe(), survivor.state())
     return survivors
 
 
-async def _collect(collect: Callable[[], set[ProcessRef]], within: float) -> set[ProcessRef]:
+_NAMED = 20
+"""Past this many SIGKILLs, one log line counts them instead of naming each."""
+
+
+def _deliver_all(
+    signals: tuple[int, ...], targets: set[ProcessRef], groups: Collection[ProcessRef]
+) -> None:
+    for sig in signals:
+        _deliver(sig, set(targets), groups)
+
+
+async def _collect(
+    collect: Callable[[], set[ProcessRef]], within: float, in_thread: bool
+) -> set[ProcessRef]:
     """``collect()``, tried again every 10 ms for ``within`` seconds while the process table
     cannot be read for want of descriptors (then the targets known so far are all there is):
     a teardown is never given up for a moment of ``EMFILE``."""
     deadline = trio.current_time() + within
     while True:
         try:
-            return collect()
+            return await trio.to_thread.run_sync(collect) if in_thread else collect()
         except OSError as exc:
             if trio.current_time() >= deadline:
                 logger.warning("cannot read the process table now (%s); stopping what is known",
@@ -107,7 +133,9 @@ async def wait_gone(targets: set[ProcessRef], *, reap: bool = False, cap: float 
     delay = 0.001
     while True:
         pids = {target.pid for target in targets}
-        for target in list(targets):
+        for n, target in enumerate(list(targets), 1):
+            if n % _CHUNK == 0:  # thousands of targets: let the caller's other tasks run
+                await trio.lowlevel.checkpoint()
             state = target.state()
             if state is None or (state == "Z" and (not reap or _reap(target, pids))):
                 targets.discard(target)
@@ -115,6 +143,10 @@ async def wait_gone(targets: set[ProcessRef], *, reap: bool = False, cap: float 
             return
         await trio.sleep(delay)
         delay = min(delay * 2, cap)
+
+
+_CHUNK = 256
+"""Targets ``wait_gone`` checks between two checkpoints."""
 
 
 def _reap(zombie: ProcessRef, targets: set[int]) -> bool:
