@@ -3,7 +3,8 @@
 A recorded harness is adopted only if the very same process still runs (same boot, pid and
 creation time, not a zombie), was started for this very store (its ``TETHER_STORE_ID``: a
 daemon on a copy of the store must not take, judge and kill the original's harnesses) and, on
-a shared store, if the session is still this host's; it then has ``patience`` to reconnect.
+a shared store, if the session is still this host's; it then has ``patience`` to reconnect
+(the start timeout, if its record says it had not said hello yet).
 One found dead is reaped if it is ours and what it left is swept, unless a live harness of the
 session's current epoch carries this store's mark: a previous daemon adopted or started it and
 could not record it (a full disk, a kill before the write), and it is adopted instead of being
@@ -84,7 +85,8 @@ async def adopt_all(
             detail = f"pid {record.pid} runs for another store ({owner or 'unmarked'}): left alone"
             sessions.emit(session, EventKind.EXITED, epoch=record.epoch, detail=detail)
             continue
-        harness = Harness(ref, epoch, None, since=clock.now())
+        starting = recorded is SessionState.STARTING and not found
+        harness = Harness(ref, epoch, None, since=clock.now(), starting=starting)
         if not await lease.claim(name, epoch):
             sessions.emit(session, EventKind.SUPERSEDED, harness, "another host took it over")
             tasks.start(harnesses.confirm_exit, session, harness, name=f"superseded {name}")
@@ -92,9 +94,15 @@ async def adopt_all(
         harnesses.adopt(session, harness)
         if recorded is SessionState.STALLED:
             session.last_event = record.stalled or "stalled"  # until its first pong says more
+        elif starting:
+            session.become(SessionState.STARTING)
         elif recorded is not SessionState.FAILED:
             session.become(SessionState.DISCONNECTED)
-        detail = f"{found}waiting {settings.patience:.1f}s for it to reconnect"
+        if starting:  # spawned just before the restart: it has the start timeout for hello
+            wait = max(settings.start_timeout, settings.patience)
+            detail = f"adopted while starting; waiting {wait:.1f}s for its hello"
+        else:
+            detail = f"{found}waiting {settings.patience:.1f}s for it to reconnect"
         sessions.emit(session, EventKind.ADOPTED, harness, detail)
 
 

@@ -37,12 +37,19 @@ class Judge:
         or live and unconnected that long."""
         if harness.attached:
             return self.silence(harness) > self.settings.patience
-        return harness.awaiting_connection and self.silence(harness) > self.settings.patience
+        return harness.awaiting_connection and self.silence(harness) > self.patience(harness)
+
+    def patience(self, harness: Harness) -> float:
+        """How long it may be silent: ``patience``, or the start timeout for one adopted while
+        it was still starting (a harness spawned just before the daemon restarted)."""
+        if harness.starting and not harness.hello.is_set():
+            return max(self.settings.start_timeout, self.settings.patience)
+        return self.settings.patience
 
     async def healthy(self, harness: Harness) -> bool:
-        """Whether it answers before ``patience`` passes since its last sign of life, and at
-        least a heartbeat from now (waiting for a reconnect meanwhile)."""
-        window = max(self.settings.patience - self.silence(harness), self.settings.heartbeat)
+        """Whether it answers before its ``patience`` passes since its last sign of life, and
+        at least a heartbeat from now (waiting for a reconnect meanwhile)."""
+        window = max(self.patience(harness) - self.silence(harness), self.settings.heartbeat)
         return await self.answers(harness, window)
 
     async def answers(self, harness: Harness, window: float) -> bool:
@@ -79,6 +86,8 @@ class Judge:
                 f"no pong for {silence:.1f}s ({self.settings.miss_limit} heartbeats and a"
                 " confirming ping)"
             )
+        if harness.starting and not harness.hello.is_set():
+            return f"no hello for {silence:.1f}s since it was adopted while starting"
         return f"no connection for {silence:.1f}s"
 
 

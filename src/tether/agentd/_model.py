@@ -41,6 +41,9 @@ class Harness:
     """Whether a task is making sure it is a phantom (the watchdog starts one at a time)."""
     activity: Activity | None = None
     """What its engine was doing at its last pong (``None``: it never said)."""
+    starting: bool = False
+    """Adopted after a restart before it ever said hello (its record says ``starting``): it is
+    still starting, and has the start timeout, not ``patience``, to say it."""
 
     @property
     def alive(self) -> bool:

@@ -76,7 +76,7 @@ class Starter:
                     return Attached(session.name, pid, epoch, "reattached")
                 else:
                     if not harness.retired and harness.alive:  # a dead one was "exited"
-                        patience = self.settings.patience
+                        patience = self.judge.patience(harness)
                         detail = f"no answer within {patience:.1f}s of its last sign of life"
                         self.sessions.emit(session, EventKind.PHANTOM, harness, detail)
                     await self.harnesses.retire(session, harness, "phantom")
