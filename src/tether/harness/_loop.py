@@ -46,6 +46,7 @@ from ..wire import (
     connect,
     encode,
 )
+from ._budget import FairBudget
 from ._context import Command
 from ._inbox import Inbox
 
@@ -142,14 +143,14 @@ async def _reconnecting(
     reconnect_for: float,
     answers: _Answers,
 ) -> LoopResult:
-    last_seen = trio.current_time()
+    budget = FairBudget(reconnect_for)
     delay = 0.05
     while True:
         connection = await _connect(agentd)
         if isinstance(connection, OSError):
-            if trio.current_time() - last_seen > reconnect_for:
+            if budget.exhausted():
                 logger.error(
-                    "agentd at %s unreachable for %.1fs: %s", agentd, reconnect_for, connection
+                    "agentd at %s unreachable for %.1fs: %s", agentd, budget.waited(), connection
                 )
                 return LoopResult(Ending.DAEMON_GONE)
             await trio.sleep(delay)
@@ -165,11 +166,11 @@ async def _reconnecting(
         if result is not None:
             return result
         if welcomed.is_set():  # a daemon that only refuses us is no daemon
-            last_seen = trio.current_time()
+            budget.restart()
             delay = 0.05
-        elif trio.current_time() - last_seen > reconnect_for:
+        elif budget.exhausted():
             logger.error(
-                "agentd at %s has not welcomed this harness for %.1fs", agentd, reconnect_for
+                "agentd at %s has not welcomed this harness for %.1fs", agentd, budget.waited()
             )
             return LoopResult(Ending.DAEMON_GONE)
         else:

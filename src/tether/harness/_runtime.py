@@ -55,7 +55,9 @@ def run_harness(
     Each keyword defaults to what agentd sets for its harnesses: ``TETHER_SESSION``,
     ``TETHER_EPOCH``, ``TETHER_AGENTD`` (the socket), ``TETHER_STATE_DIR`` (the transcript is
     ``<state dir>/<session>.jsonl``), ``TETHER_GRACE`` (default 2 s) and
-    ``TETHER_RECONNECT_FOR`` (default 10 s); ``ledger``, where tool runs are kept for their
+    ``TETHER_RECONNECT_FOR`` (default 10 s, counted at the CPU share a runnable process gets,
+    so a daemon slow to restart on a loaded host is waited for; at most 6 times it in wall
+    time); ``ledger``, where tool runs are kept for their
     stall thresholds, to ``ledger.sqlite3`` beside the transcript. Call it from the main
     thread before starting any other thread, so signals are read with their senders.
 

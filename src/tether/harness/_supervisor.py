@@ -196,7 +196,7 @@ class Supervisor:
             self.decide(
                 Cause(
                     EXIT_DAEMON_GONE,
-                    f"agentd unreachable for {settings.reconnect_for:.1f}s",
+                    f"agentd unreachable for {settings.reconnect_for:.1f}s (of fair CPU share)",
                     "harness lost its daemon",
                 )
             )
