@@ -4,6 +4,8 @@ another user made first, a transcript deleted or replaced while its harness runs
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sqlite3
 import stat
@@ -12,11 +14,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 import trio
 
-from helpers import QUICK_HARNESS, descendants, gone_since, wait_until
+from helpers import QUICK_HARNESS, descendants, gone_since, new_descendants, wait_until
 from test_cli_agentd import TETHER, daemon, stop, tether
 from tether.journal import JournalError, Transcript
 
@@ -31,6 +35,7 @@ def none_left(no_process_leaks: None) -> Iterator[None]:
     while not gone_since(before):
         assert time.monotonic() < deadline, "the test's processes would not go"
         time.sleep(0.01)
+
 
 STORE_NAMES = ["epochs.sqlite3-journal", "epochs.sqlite3-wal", "agentd.sock", "agentd.events.jsonl"]
 
@@ -140,7 +145,7 @@ async def test_row_3_a_transcript_replaced_refuses_the_append_and_keeps_a_copy(
         with pytest.raises(JournalError):  # and every later one: nothing is acknowledged
             await transcript.append_message("user", "later")
     (orphan,) = tmp_path.glob("s.jsonl.orphaned-*")
-    assert b"\"content\":\"before\"" in orphan.read_bytes()
+    assert b'"content":"before"' in orphan.read_bytes()
 
 
 async def test_row_3_a_harness_whose_transcript_is_a_directory_exits_74_in_one_line(
@@ -174,3 +179,85 @@ async def test_row_3_sends_after_the_transcript_is_deleted_are_all_recorded(
         text = transcript.read_text()
         assert all(f'"content":"{t}"' in text for t in ("first", "second", "third", "fourth"))
         assert await stop(process) == 0
+
+
+# A harness that says hello, leaves N ``setsid`` sleepers marked with its session, and exits.
+LEAVER = r"""
+import json, os, socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["TETHER_AGENTD"])
+body = json.dumps({"type": "hello", "session": os.environ["TETHER_SESSION"],
+                   "epoch": int(os.environ["TETHER_EPOCH"]), "pid": os.getpid(),
+                   "create_time": 0.0}).encode()
+s.sendall(struct.pack(">I", len(body)) + body)
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        os.setsid()
+        os.execvp("sleep", ["sleep", "600"])
+open(sys.argv[2], "w").close()
+os._exit(0)
+"""
+
+
+async def test_row_4_a_harness_leaving_hundreds_of_processes_is_swept_while_ps_answers(
+    agentd_dir: Path,
+) -> None:
+    left = agentd_dir / "left"
+    harness = ["--", sys.executable, "-c", LEAVER, "1000", str(left)]
+    before = descendants()
+    async with daemon(agentd_dir, *harness) as process:
+        await tether(agentd_dir, "start", "leaky")
+        await wait_until(left.exists, timeout=60)
+
+        def sleepers() -> list[psutil.Process]:
+            alive = []
+            for p in new_descendants(before):
+                with contextlib.suppress(psutil.Error):
+                    if p.status() != psutil.STATUS_ZOMBIE and p.name() == "sleep":
+                        alive.append(p)
+            return alive
+
+        slowest = 0.0
+        deadline = trio.current_time() + 2 * 0.2 + 20  # the bound is 2 x grace + 5 s; loaded CI
+        while sleepers():
+            assert trio.current_time() < deadline, f"{len(sleepers())} of 1000 still alive"
+            started = time.monotonic()
+            await tether(agentd_dir, "ps")
+            slowest = max(slowest, time.monotonic() - started)
+        # One `tether ps` is an interpreter's start and one request (~0.1 s); the daemon
+        # blocked 4-5 s at a time on 300 before the sweep read /proc once per pass.
+        assert slowest < 3.0, f"ps took {slowest:.1f}s during the sweep"
+        assert await stop(process) == 0
+
+
+async def test_row_5_a_harness_adopted_while_starting_has_the_start_timeout_to_say_hello(
+    agentd_dir: Path,
+) -> None:
+    # It takes 2 s to say hello; the daemon is SIGKILLed while it starts, and the next one
+    # adopts it with the start timeout (10 s), not the reconnect patience (0.6 s here).
+    harness = ["--", "sh", "-c", f'sleep 2; exec "{sys.executable}" -c "$0"', QUICK_HARNESS]
+    async with daemon(agentd_dir, *harness) as first:
+        starting = subprocess.Popen(
+            [*TETHER, "start", "--socket", str(agentd_dir / "agentd.sock"), "slow"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        await wait_until(lambda: _session(agentd_dir).get("state") == "starting")
+        pid = _session(agentd_dir)["pid"]
+        first.kill()
+        first.wait()
+        starting.wait()
+    async with daemon(agentd_dir, *harness) as second:
+        await wait_until(lambda: _session(agentd_dir).get("state") == "attached", timeout=30)
+        row = _session(agentd_dir)
+        assert (row["pid"], row["epoch"]) == (pid, 1), row
+        assert await stop(second) == 0
+
+
+def _session(directory: Path) -> dict[str, Any]:
+    """The one session's row of ``tether ps --json`` (empty while there is none)."""
+    done = subprocess.run(
+        [*TETHER, "ps", "--socket", str(directory / "agentd.sock"), "--json"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    rows = json.loads(done.stdout)["sessions"] if done.returncode == 0 else []
+    return rows[0] if rows else {}
