@@ -11,6 +11,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,8 @@ import trio
 
 from helpers import QUICK_HARNESS, descendants, gone_since, new_descendants, wait_until
 from test_cli_agentd import TETHER, daemon, stop, tether
+from tether.cli._errors import CliError
+from tether.cli._request import request
 from tether.journal import JournalError, Transcript
 
 
@@ -261,3 +264,42 @@ def _session(directory: Path) -> dict[str, Any]:
     )  # fmt: skip
     rows = json.loads(done.stdout)["sessions"] if done.returncode == 0 else []
     return rows[0] if rows else {}
+
+
+async def test_a_client_of_another_uid_is_told_why_it_is_refused() -> None:
+    if os.getuid() != 0:
+        pytest.skip("running a client as another uid needs root")
+    with tempfile.TemporaryDirectory(prefix="tether-uid-") as name:  # reachable by uid 4242
+        directory = Path(name)
+        async with daemon(directory) as process:
+            socket = directory / "agentd.sock"
+            directory.chmod(0o711)  # loosened after start: SO_PEERCRED still refuses
+            socket.chmod(0o666)
+            code, reason = _request_as(4242, str(socket))
+            assert code == 77, reason
+            assert reason == "uid 4242 may not use this agentd: only uid 0 may connect"
+            assert await stop(process) == 0
+
+
+def _request_as(uid: int, socket: str) -> tuple[int, str]:
+    """``tether send``'s request, made by a forked child running as ``uid``: the code and
+    line it would exit with (a fork, since another uid may not execute this interpreter)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            request(socket, "send", "s1", "hello", timeout=20)
+            answer = [0, "accepted"]
+        except CliError as exc:
+            answer = [exc.code, exc.message]
+        except BaseException as exc:  # noqa: BLE001
+            answer = [-1, repr(exc)]
+        os.write(write, json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        code, line = json.loads(f.read())
+    os.waitpid(pid, 0)
+    return code, line

@@ -214,10 +214,16 @@ class Connection(metaclass=NoPublicConstructor):
             self._held = 0
             self._frame_deadline = math.inf
 
-    async def refuse(self, error: ProtocolError) -> None:
-        """Tell the peer why its frame was refused (best effort), then close."""
+    async def refuse(self, error: ProtocolError, *, code: int = 0, drain: bool = False) -> None:
+        """Tell the peer why it was refused (best effort; ``code``: the sysexits code for a
+        command-line client), then close. ``drain``: first read what it sent, until it closes
+        (1 s at most), so its unread request cannot turn our close into its ``ECONNRESET``
+        before it reads why."""
         with trio.move_on_after(1), contextlib.suppress(ChannelClosed, ProtocolError):
-            await self.send(Error(error.reason))
+            await self.send(Error(error.reason, code))
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                while drain and await self._stream.receive_some(65536):
+                    pass
         await self.aclose()
 
     async def aclose(self) -> None:

@@ -2,8 +2,9 @@
 
 The socket lives in a directory that only its owner can enter (mode 0700, owned by this uid)
 and is itself mode 0600; the kernel's ``SO_PEERCRED`` then names every peer, and a peer of
-another uid is refused and logged even if the directory was loosened after start. A frame that
-is not valid closes its own connection with an ``Error`` and nothing else.
+another uid is told why (an ``Error``, code 77) and logged even if the directory was loosened
+after start. A frame that is not valid closes its own connection with an ``Error`` and
+nothing else.
 """
 
 from __future__ import annotations
@@ -219,6 +220,10 @@ TRIM_AFTER = 256
 """Connections closed since the heap was last trimmed that make it worth trimming again."""
 
 
+EX_NOPERM = 77
+"""The sysexits code a refused peer of another uid is given (``tether send`` exits with it)."""
+
+
 class _Server:
     """What a server's connections share: the budget for unfinished frames, the refusal
     log's throttle (a line a minute per peer pid), and a count of them, so the memory a
@@ -246,12 +251,10 @@ class _Server:
     async def _converse(self, connection: Connection) -> None:
         async with connection:
             if connection.peer.uid != os.getuid():
-                logger.warning(
-                    "refused a connection from uid %d (pid %d): only uid %d may connect",
-                    connection.peer.uid,
-                    connection.peer.pid,
-                    os.getuid(),
-                )
+                me, peer = os.getuid(), connection.peer
+                why = f"uid {peer.uid} may not use this agentd: only uid {me} may connect"
+                logger.warning("refused a connection from pid %d: %s", peer.pid, why)
+                await connection.refuse(ProtocolError(why), code=EX_NOPERM, drain=True)
                 return
             try:
                 await self.handler(connection)
