@@ -235,16 +235,20 @@ def main(argv: Sequence[str], mask: set[int] | None = None) -> int:
     _procfs.prctl(_procfs.PR_SET_CHILD_SUBREAPER, 1)
     env = {**os.environ, "TETHER_SESSION": session, "TETHER_EPOCH": "1", mark[0]: mark[1]}
     tty = _foreground_tty()
+    here = _let_go_of_cwd()
     try:
-        pid = _spawn(cmd, env, tty, mask, ignored)
+        pid = _spawn(cmd, env, tty, mask, ignored, here)
     except OSError as exc:
         code = EXIT_NOT_FOUND if exc.errno == 2 else EXIT_CANNOT_EXECUTE
         print(f"tether run: cannot execute {cmd[0]!r}: {exc.strerror}", file=sys.stderr)
         if watcher is not None:
             watcher.bye()
         return code
-    say.info(f"started {' '.join(cmd)} as pid {pid} (session {session})")
+    finally:
+        if here is not None:
+            os.close(here)
     os.chdir("/")
+    say.info(f"started {' '.join(cmd)} as pid {pid} (session {session})")
     init = Init(
         pid, opts.grace, tty, watcher, group=opts.group, rewrite=opts.rewrite,
         warn_reaped=opts.warn_reaped, stop_timeout=opts.stop_timeout,
@@ -259,11 +263,29 @@ def main(argv: Sequence[str], mask: set[int] | None = None) -> int:
     return status
 
 
+def _let_go_of_cwd() -> int | None:
+    """Move this process to ``/`` before CMD starts (CMD may look at its parent's directory
+    at once, as dumb-init's suite does) and return a descriptor of the caller's directory for
+    CMD to go back to; ``None`` (and no move) if it cannot be opened (deleted, say)."""
+    try:
+        here = os.open(".", getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    os.chdir("/")
+    return here
+
+
 def _spawn(
-    cmd: list[str], env: dict[str, str], tty: int | None, mask: set[int], ignored: set[int]
+    cmd: list[str],
+    env: dict[str, str],
+    tty: int | None,
+    mask: set[int],
+    ignored: set[int],
+    cwd: int | None,
 ) -> int:
     """Fork and exec CMD in its own process group (the terminal's foreground, if ``tty``), with
-    ``mask`` blocked and ``ignored`` ignored; its pid.
+    ``mask`` blocked, ``ignored`` ignored and the directory ``cwd`` (a descriptor, if any); its
+    pid.
 
     Raises:
         OSError: it could not be executed (from the child, through a close-on-exec pipe).
@@ -275,6 +297,8 @@ def _spawn(
     if pid == 0:  # pragma: no cover - the child, until exec
         try:
             os.close(errors_r)
+            if cwd is not None:
+                os.fchdir(cwd)
             os.setpgid(0, 0)
             if tty is not None:
                 try:
