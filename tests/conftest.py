@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +17,18 @@ import pytest
 from etcd_cluster import Cluster, require
 from tether.process._proc import become_subreaper
 
-RESET = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1,
-         signal.SIGUSR2, signal.SIGALRM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
+RESET = (
+    signal.SIGHUP,
+    signal.SIGINT,
+    signal.SIGQUIT,
+    signal.SIGTERM,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+    signal.SIGTSTP,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+)
 RESET_NOTE: list[str] = []
 
 
@@ -31,16 +42,23 @@ def pytest_configure(config: pytest.Config) -> None:
             handler = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
             signal.signal(sig, handler)
             RESET_NOTE.append(f"{signal.Signals(sig).name} was ignored")
+    # Issue 40: the fault campaign's slice runs a fresh seed each time, drawn here so that
+    # every xdist worker inherits the same one and the header shows it for a replay.
+    os.environ.setdefault("TETHER_TORTURE_SEED", str(random.SystemRandom().randrange(1_000, 10**9)))
     blocked = signal.pthread_sigmask(signal.SIG_SETMASK, set())
     if blocked:
         names = ", ".join(sorted(signal.Signals(s).name for s in blocked if s in signal.Signals))
         RESET_NOTE.append(f"blocked: {names}")
 
 
-def pytest_report_header() -> str:
-    if not RESET_NOTE:
-        return "tether: signals as inherited from a terminal"
-    return f"tether: signals reset to a terminal's ({'; '.join(RESET_NOTE)})"
+def pytest_report_header() -> list[str]:
+    seed = os.environ["TETHER_TORTURE_SEED"]
+    signals = (
+        f"tether: signals reset to a terminal's ({'; '.join(RESET_NOTE)})"
+        if RESET_NOTE
+        else "tether: signals as inherited from a terminal"
+    )
+    return [signals, f"tether: fault campaign slice seed {seed} (TETHER_TORTURE_SEED={seed})"]
 
 
 def _descendants() -> list[psutil.Process]:

@@ -38,6 +38,10 @@ WEIGHTS = {
     "exhaust_fds": 2, "half_frames": 2, "garbage": 2, "swap_log": 1,
 }  # fmt: skip
 """How often each action is drawn, relative to the others."""
+STRANGER = {"hostile_name": 1, "unlink_transcript": 2, "litter": 2}
+"""The stranger's faults (issue 40) and their weights, drawn after a step with probability
+``STRANGER_RATE`` from a random stream of their own (see ``nemesis.strangers``)."""
+STRANGER_RATE = 0.06
 WORK = {"send", "start", "inspect"}
 """The actions that are work, not faults."""
 SESSIONS, OWNERS = 3, 2
@@ -166,6 +170,8 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
                "stop_daemon": nemesis.daemon_stopper(sends), **nemesis.faults()}  # fmt: skip
     names = list(WEIGHTS)
     weights = [WEIGHTS[name] for name in names]
+    stranger = random.Random(f"{seed}-stranger")
+    strangers = nemesis.strangers(sends)
     watch = invariants.Watch()
     began = time.monotonic()
     keep: list[object] = [False]
@@ -181,6 +187,11 @@ async def run(seed: int, steps: int, *, seconds: float | None = None) -> Report:
             said = await actions[name](here, rng, background)
             report.faults[name] += 1
             report.log.append(f"{step} {time.monotonic() - began:7.2f}s {said}")
+            if stranger.random() < STRANGER_RATE:
+                extra = stranger.choices(list(STRANGER), list(STRANGER.values()))[0]
+                said = await strangers[extra](here, stranger, background)
+                report.faults[extra] += 1
+                report.log.append(f"{step} {time.monotonic() - began:7.2f}s (stranger) {said}")
             for violation in await _check(here, watch, sends):
                 report.violations.append((step, *violation))
             if report.violations:
@@ -258,10 +269,23 @@ async def _settle(
         while invariants.progress(here, invariants.Watch(), sends.done):
             await trio.sleep(0.2)
     found += invariants.progress(here, watch, sends.done)
+    with trio.move_on_after(invariants.BOUND + invariants.HEADROOM):
+        while invariants.no_litter(here, invariants.Watch()):
+            await trio.sleep(0.1)
+    found += invariants.no_litter(here, watch)
     for session in here.sessions:
         found += invariants.acknowledged(here, watch, session)
     found += invariants.delivered(here, watch, sends.done)
     return found
+
+
+REGRESSION = (101, 102, 103, 104)
+"""Seeds that found violations once (issue 40: nobody had used them before)."""
+
+
+def fresh_seed() -> int:
+    """A seed drawn from the system's randomness, small enough to type in a replay command."""
+    return random.SystemRandom().randrange(1_000, 1_000_000_000)
 
 
 def main(argv: list[str]) -> int:
@@ -269,31 +293,42 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(description="tether's fault campaign")
     parser.add_argument("--seed", type=int, action="append", help="run this seed (repeatable)")
-    parser.add_argument("--seeds", type=int, default=1, help="how many seeds, from --first")
-    parser.add_argument("--first", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=1, help="how many fresh random seeds")
+    parser.add_argument("--first", type=int, default=None, help="consecutive seeds from this")
+    parser.add_argument("--regression", action="store_true",
+                        help=f"the seeds that once failed, too: {REGRESSION}")  # fmt: skip
     parser.add_argument("--steps", type=int, default=2000, help="steps per seed")
     parser.add_argument("--seconds", type=float, default=None, help="at most this long a seed")
     args = parser.parse_args(argv)
-    seeds = args.seed or list(range(args.first, args.first + args.seeds))
+    if args.seed:
+        seeds = list(args.seed)
+    elif args.first is not None:
+        seeds = list(range(args.first, args.first + args.seeds))
+    else:  # never the same seeds twice: the campaign must not be tuned to its own
+        seeds = [fresh_seed() for _ in range(args.seeds)]
+    if args.regression:
+        seeds += [seed for seed in REGRESSION if seed not in seeds]
+    print(f"seeds: {' '.join(map(str, seeds))}", flush=True)
     total: collections.Counter[str] = collections.Counter()
     checks: collections.Counter[str] = collections.Counter()
-    failed = 0
+    failures: list[str] = []
     for seed in seeds:
         report = trio.run(functools.partial(run, seed, args.steps, seconds=args.seconds))
         print(report.text(), flush=True)
         total.update(report.faults)
         checks.update(report.checks)
-        failed += bool(report.violations)
+        if report.violations:
+            failures.append(f"{seed} ({report.replay()})")
     faults = sum(n for name, n in total.items() if name not in WORK)
     print(f"\n{sum(total.values())} steps ({faults} faults) over {len(seeds)} seeds,"
-          f" {failed} failed")  # fmt: skip
+          f" {len(failures)} failed: {' '.join(failures) or 'none'}")  # fmt: skip
     print("| action | kind | steps |\n| --- | --- | --- |")
     for name, count in sorted(total.items(), key=lambda item: (item[0] in WORK, item[0])):
         print(f"| {name} | {'work' if name in WORK else 'fault'} | {count} |")
     print("\n| invariant | checks |\n| --- | --- |")
     for name, count in sorted(checks.items()):
         print(f"| {name} | {count} |")
-    return 1 if failed else 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

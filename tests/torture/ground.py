@@ -198,5 +198,3 @@ def _connect_many(path: Path, count: int) -> list[socket.socket]:
             break
         held.append(conn)
     return held
-
-

@@ -37,6 +37,9 @@ async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
             continue
         token, code, sleep = str(order["token"]), int(order["code"]), float(order["sleep"])
         escape = "setsid sleep 300 & " if order.get("escape") else ""
+        litter = int(order.get("litter", 0))  # a fork loop's leftovers, each in its own session
+        if litter:
+            escape += f"for i in $(seq {litter}); do setsid sleep 300 & done; "
         script = f'echo $$ > "$0.pid"; {escape}sleep {sleep}; exit {code}'
         marker = os.path.join(os.environ["TETHER_STATE_DIR"], token)
         try:

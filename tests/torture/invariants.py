@@ -24,6 +24,8 @@ BOUND = 2 * GRACE + 1.0
 HEADROOM = 4.0
 """On top of each bound: a loaded 2-core machine (the bound itself is a benchmark's)."""
 ZOMBIE_BOUND = 5.0
+LITTER = "sleep 300"
+"""What a campaign tool leaves behind when its order says ``escape`` or ``litter``."""
 DAEMON_RSS = 250 * 2**20
 
 Violation = tuple[str, str]
@@ -67,28 +69,44 @@ class Watch:
         return rows[start:]
 
 
-def group_of(session: str) -> set[tuple[int, float]]:
-    """Every live process carrying ``session``'s mark."""
+def group_of(session: str, command: str | None = None) -> set[tuple[int, float]]:
+    """Every live process below the campaign (a subreaper: what its world leaves comes here)
+    carrying ``session``'s mark, running ``command`` if given. Only the campaign's own: a
+    session of the same name elsewhere on the machine (a test, a user's harness) is not
+    this world's."""
     found = set()
-    for pid in psutil.pids():
-        mark = marks(pid)
+    for process in psutil.Process().children(recursive=True):
+        mark = marks(process.pid)
         if mark is None or mark.session != session:
             continue
         try:
-            process = psutil.Process(pid)
-            if process.status() != psutil.STATUS_ZOMBIE:
-                found.add((pid, process.create_time()))
+            if process.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if command is None or process.cmdline() == command.split():
+                found.add((process.pid, process.create_time()))
         except psutil.Error:
             continue
+    return found
+
+
+def no_litter(world: World, watch: Watch) -> list[Violation]:
+    """Once the work has ended, no process a session's tools left behind is alive: the
+    ``setsid`` sleepers of ``escape`` and ``litter`` orders are stopped by the tool's group,
+    or by the daemon's sweep if the harness died first."""
+    found: list[Violation] = []
+    for session in world.sessions:
+        left = group_of(session, LITTER)
+        watch.count("no_litter")
+        if left:
+            found.append(("no_litter", f"{session}: {len(left)} sleepers its tools left"
+                          f" are alive, e.g. pid {min(left)[0]}"))  # fmt: skip
     return found
 
 
 def _exists(ident: tuple[int, float]) -> bool:
     try:
         process = psutil.Process(ident[0])
-        return bool(
-            process.create_time() == ident[1] and process.status() != psutil.STATUS_ZOMBIE
-        )
+        return bool(process.create_time() == ident[1] and process.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 
@@ -233,8 +251,8 @@ def acknowledged(world: World, watch: Watch, session: str) -> list[Violation]:
     path = world.state / "sessions" / session / f"{session}.jsonl"
     try:
         entries = scan(path.read_bytes()).entries
-    except FileNotFoundError:
-        return []
+    except FileNotFoundError:  # never written, or deleted (the nemesis) and never recreated
+        entries = []
     calls = {e.id: e for e in entries if isinstance(e, ToolCall)}
     results = {}
     for entry in entries:

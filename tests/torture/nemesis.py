@@ -30,6 +30,7 @@ from torture.world import World, keeper_of, tools_of
 
 Action = Callable[[World, random.Random, trio.Nursery], Awaitable[str]]
 
+
 @attrs.define
 class Sends:
     """Every ``tether send`` the campaign made and how it ended."""
@@ -287,6 +288,65 @@ def log_swapper(sends: Sends) -> Action:
         return f"swap {session}'s log for {kind} and ask for it"
 
     return swap_log
+
+
+# -- what a stranger does: a hostile user, a buggy tool (issue 40) ---------------------------
+
+HOSTILE = ["agentd.events.jsonl", "epochs.sqlite3-journal", "epochs.sqlite3-wal", "agentd.sock",
+           "sessions", "harness.log"]  # fmt: skip
+"""Session names that were the daemon's own files when sessions shared its directory."""
+
+
+def hostile_namer(sends: Sends) -> Action:
+    async def hostile_name(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+        """Start a session named like one of the daemon's files (any tool an agent runs can:
+        it inherits ``TETHER_AGENTD``); from now on it is one of the world's sessions, held to
+        every invariant, through every later daemon restart."""
+        names = [name for name in HOSTILE if name not in world.sessions]
+        if not names:
+            return "every hostile name is a session already"
+        name = rng.choice(names)
+        world.sessions.append(name)
+        request(world, sends, nursery, "start", name)
+        return f"start a session named {name}"
+
+    return hostile_name
+
+
+async def unlink_transcript(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+    """Delete a session's transcript while its harness may be writing it (``rm`` by a tool):
+    what was acknowledged must come back at the next commit, or when the next harness opens
+    it."""
+    session = _session(world, rng)
+    path = world.state / "sessions" / session / f"{session}.jsonl"
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return f"{session} has no transcript to delete"
+    return f"delete {session}'s transcript"
+
+
+def litterer(sends: Sends) -> Action:
+    async def litter(world: World, rng: random.Random, nursery: trio.Nursery) -> str:
+        """Send a prompt whose tool leaves a fork loop's worth of ``setsid`` sleepers (a leaky
+        ``make -j``): its group, or the daemon's sweep if a fault kills the harness first,
+        must stop them all while the daemon keeps answering."""
+        session = _session(world, rng)
+        token = f"l{uuid.uuid4().hex[:10]}"
+        count = rng.choice([50, 150, 300])
+        order = {"token": token, "code": 0, "sleep": rng.choice([0.0, 0.5]), "escape": False,
+                 "litter": count}  # fmt: skip
+        request(world, sends, nursery, "send", session, json.dumps(order))
+        return f"send {token} to {session}, leaving {count} sleepers"
+
+    return litter
+
+
+def strangers(sends: Sends) -> dict[str, Action]:
+    """The stranger's faults, by name; drawn from a stream of their own, so adding them left
+    every older seed's sequence of the other actions as it was."""
+    return {"hostile_name": hostile_namer(sends), "unlink_transcript": unlink_transcript,
+            "litter": litterer(sends)}  # fmt: skip
 
 
 def faults() -> dict[str, Action]:
