@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test test-all test-matrix test-lowest test-pythons torture docs bench clean etcd
+.PHONY: demo test test-slow test-all test-matrix test-lowest test-pythons torture docs bench clean etcd
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,12 +29,20 @@ etcd:
 	    'apt-get install -y -q etcd-server || (apt-get update -q && apt-get install -y -q etcd-server)' \
 	  >/dev/null || echo "etcd-server could not be installed: the etcd tests will be skipped"
 
-# The suite a person waits for (under 10 minutes on 2 cores): lint, types, and the tests on
-# this Python, a 32-second slice of the fault campaign among them (tests/test_torture.py).
+# The suite a person waits for (under 6 minutes on 2 cores): lint, format, types, and the
+# tests on this Python in two workers, a 32-second slice of the fault campaign (a fresh seed,
+# shown in the header) among them. The tests marked slow (each over ~8 s) are `test-slow`'s.
+PYTEST_WORKERS ?= 2
 test: $(VENV)/.installed-test etcd
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy --strict src
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow"
+
+# The slow tests (randomized lives, SIGKILL bursts, a fresh venv, generated programs): CI runs
+# them after `make test`, and so does `make test-all`.
+test-slow: $(VENV)/.installed-test etcd
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m slow
 
 # The slower matrix CI adds after `make test`: the tests again on the lowest dependency versions
 # pyproject.toml allows and on every other supported Python this machine has (a missing one is
@@ -46,10 +54,12 @@ test-matrix:
 	if [ -n "$$failed" ]; then echo "test-matrix: failed:$$failed"; exit 1; fi; \
 	echo "test-matrix: every phase passed"
 
-# What CI runs: `make test`, then the matrix, every phase reported even when one fails.
+# What CI runs: `make test`, the slow tests, then the matrix, every phase reported even when
+# one fails.
 test-all:
 	@failed=""; \
 	$(MAKE) --no-print-directory test || failed="$$failed test"; \
+	$(MAKE) --no-print-directory test-slow || failed="$$failed test-slow"; \
 	$(MAKE) --no-print-directory test-matrix || failed="$$failed test-matrix"; \
 	if [ -n "$$failed" ]; then echo "test-all: failed:$$failed"; exit 1; fi; \
 	echo "test-all: every phase passed"
@@ -72,7 +82,7 @@ OTHER_PYTHONS ?= 3.12 3.13
 test-lowest: etcd
 	[ -x .venv-lowest/bin/python ] || $(PYTHON) -m venv .venv-lowest
 	.venv-lowest/bin/python -m pip install --quiet -c tests/lowest-versions.txt -e '.[test,etcd,metrics]'
-	.venv-lowest/bin/python -m pytest -q -p no:cacheprovider
+	.venv-lowest/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS)
 
 test-pythons: etcd
 	@failed=""; for v in $(OTHER_PYTHONS); do \
@@ -84,7 +94,7 @@ test-pythons: etcd
 	  echo "the suite on $$($$py -V)"; \
 	  if ( [ -x .venv-$$v/bin/python ] || $$py -m venv .venv-$$v ) && \
 	     .venv-$$v/bin/python -m pip install --quiet -e '.[test,etcd,metrics]' && \
-	     .venv-$$v/bin/python -m pytest -q -p no:cacheprovider; \
+	     .venv-$$v/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS); \
 	  then :; else failed="$$failed $$v"; fi; \
 	done; \
 	if [ -n "$$failed" ]; then echo "test-pythons: failed on Python$$failed"; exit 1; fi

@@ -52,6 +52,7 @@ async def burst(workdir: Path, revision: int, sessions: int, sends: int) -> floa
             nonlocal delivered
             answer = await request(str(sock), "send", names[n % sessions], f"prompt-{n}")
             delivered += answer.get("recorded", False) == (revision >= 4)
+
         started = time.monotonic()
         async with trio.open_nursery() as nursery:
             for n in range(sends):

@@ -398,6 +398,7 @@ OPS = st.lists(
 
 
 # No shrinking: each example runs real processes for seconds, and a failure prints its ops.
+@pytest.mark.slow
 @settings(
     phases=[Phase.reuse, Phase.generate],
     max_examples=20,

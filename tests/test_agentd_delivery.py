@@ -106,7 +106,9 @@ async def test_a_prompt_read_behind_a_busy_engine_survives_its_harness_s_sigkill
     assert "died without recording why" in sealed[0].data["reason"]
     # the next harness's engine was told of "first" (ctx.interrupted), then took "second"
     assert turn_ends(directory, session) == [
-        ("turn_aborted", "first"), ("turn_done", "first"), ("turn_done", "second")
+        ("turn_aborted", "first"),
+        ("turn_done", "first"),
+        ("turn_done", "second"),
     ]
     cut = [e for e in entries if isinstance(e, ToolResult) and e.status == "interrupted"]
     assert len(cut) == 1  # the first prompt's agent call, sealed by the next harness
@@ -114,6 +116,7 @@ async def test_a_prompt_read_behind_a_busy_engine_survives_its_harness_s_sigkill
     assert "prompt first was cut short by an earlier harness" in log
 
 
+@pytest.mark.slow
 def test_a_stopped_daemon_doubles_no_prompt(tmp_path: Path) -> None:
     """400 sends in flight to a real ``tether agentd`` while it is SIGSTOPped for 8 s: every
     one is acknowledged and recorded exactly once (the delivery of before redelivered the
@@ -163,6 +166,7 @@ async def _stopped_burst(sock: Path, sessions: list[str], pid: int) -> list[dict
     return answers
 
 
+@pytest.mark.slow
 async def test_sigkills_during_a_burst_lose_and_double_nothing(directory: Path) -> None:
     """200 prompts to 10 sessions, harnesses SIGKILLed at random points, ``ROUNDS`` rounds:
     every acknowledged prompt is recorded exactly once; a failed one at most once."""

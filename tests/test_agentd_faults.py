@@ -304,6 +304,7 @@ async def test_row_3_a_sigstopped_daemon_process_kills_no_harness(tmp_path: Path
         kill_marked(session)
 
 
+@pytest.mark.slow
 async def test_row_3b_many_sessions_and_concurrent_sends_lose_nothing(directory: Path) -> None:
     """A scaled-down load run (the full one is ``benchmarks/agentd.py``): sessions started
     ten at a time behind the spawn limit, then every send at once. Every prompt is

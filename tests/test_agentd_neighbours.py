@@ -206,9 +206,7 @@ async def test_row_7_half_written_frames_hold_a_bounded_share_of_memory(tmp_path
             await tether_cmd(tmp_path, "send", session, "\N{SNOWMAN}" * 300)
             daemon = psutil.Process(process.pid)
             idle = daemon.memory_info().rss
-            conns = await trio.to_thread.run_sync(
-                _flood, str(tmp_path / "agentd.sock"), count, 3.0
-            )
+            conns = await trio.to_thread.run_sync(_flood, str(tmp_path / "agentd.sock"), count, 3.0)
             try:
                 grown = (daemon.memory_info().rss - idle) / 2**20
                 assert grown < 16 + count * 4 / 1024 + 20, f"{grown:.0f} MiB for {count}"

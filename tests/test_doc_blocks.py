@@ -120,6 +120,7 @@ def test_the_readme_s_demo_excerpt_is_what_make_demo_prints(make_demo: str) -> N
             assert _shape(line) in printed, f"not printed by make demo: {line}"
 
 
+@pytest.mark.slow
 def test_the_deadlock_examples_fail_as_printed(tmp_path: Path) -> None:
     """The guide's and docs/testing.md's ini, each with the two example tests as printed, in
     a fresh pytest: both fail with the reports the docs print (addresses aside)."""

@@ -138,7 +138,6 @@ async def test_a_daemon_of_revision_3_is_sent_no_recorded() -> None:
         assert recorded(directory, session) == ["p1"]
 
 
-
 async def test_a_prompt_sent_again_while_its_record_is_on_the_way_is_reported_once_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -248,7 +248,8 @@ async def test_seals_say_what_happened(tmp_path: Path) -> None:
     assert found[done.id].reason is not None
     assert "its result line was damaged; the bytes are in t.jsonl.corrupt-" in found[done.id].reason
     assert (found[cut.id].status, found[cut.id].reason) == (
-        "interrupted", "session resumed after an unclean shutdown"
+        "interrupted",
+        "session resumed after an unclean shutdown",
     )
     assert asking.id not in found
     assert json.loads(repaired.splitlines()[1])["awaiting"] == "approval"

@@ -51,6 +51,7 @@ def test_the_wheel_and_sdist_hold_what_they_should(built: tuple[Path, Path]) -> 
     assert any(m.endswith("/mkdocs.yml") for m in members)  # `make docs` from the sdist
 
 
+@pytest.mark.slow
 def test_a_fresh_venv_runs_the_command_the_demo_and_the_plugin(
     built: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -290,6 +290,7 @@ async def test_a_semaphore_released_by_a_thread():
 """
 
 
+@pytest.mark.slow
 def test_programs_woken_from_outside_the_tasks_pass(pytester: pytest.Pytester) -> None:
     pytester.makeini(INI)
     pytester.makepyfile(test_ok=FALSE_ALARMS)

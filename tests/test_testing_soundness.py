@@ -28,7 +28,9 @@ tether_timeout = 30
 RUNS = int(os.environ.get("TETHER_SOUNDNESS_RUNS", "2"))
 """Runs of each working program (``make torture``: 20)."""
 
-WORKING = control.HEADER + """
+WORKING = (
+    control.HEADER
+    + """
 
 DELAY = 0.8   # eight cushions
 
@@ -100,8 +102,10 @@ async def test_a_weak_proxy_held_by_a_thread(run):
     threading.Thread(target=later, args=(weakref.proxy(waiter),), daemon=True).start()
     await waiter.event.wait()
 """
+)
 
 
+@pytest.mark.slow
 def test_working_programs_woken_from_outside_pass_every_run(pytester: pytest.Pytester) -> None:
     pytester.makeini(INI)
     pytester.makepyfile(test_ok=WORKING.replace("range(RUNS)", f"range({RUNS})"))
@@ -156,6 +160,7 @@ async def test_works():
 """
 
 
+@pytest.mark.slow
 def test_anyio_s_own_plugin_on_trio_is_watched(pytester: pytest.Pytester) -> None:
     """Without pytest-trio's ``trio_mode``: anyio imports trio only inside the test's call,
     and runs it in a guest run that outlives the test."""
@@ -210,6 +215,7 @@ def test_a_report_of_thousands_of_tasks_is_grouped(pytester: pytest.Pytester) ->
     assert junit.stat().st_size < 20_000
 
 
+@pytest.mark.slow
 def test_a_seeded_negative_control_raises_no_false_alarm(tmp_path: Path) -> None:
     """A slice of ``make torture``'s generated working programs (tests/torture/control.py)."""
     seed = int(os.environ.get("TETHER_CONTROL_SEED", "1"))

@@ -192,4 +192,3 @@ class _Counts:
     def weak_count(self) -> int:
         """Live weak senders of this channel."""
         return len(self._chan.weak)
-

@@ -52,9 +52,7 @@ def add_section(name: str, section: Section) -> None:
     sections[name] = section
 
 
-def snapshot(
-    *, max_entries: int = MAX_ENTRIES, time_budget: float = TIME_BUDGET
-) -> dict[str, Any]:
+def snapshot(*, max_entries: int = MAX_ENTRIES, time_budget: float = TIME_BUDGET) -> dict[str, Any]:
     """The current trio run, now: ``tasks`` (entries in tree order, each with ``id``,
     ``parent``, ``name``, ``count``, ``where`` and ``wait``), ``task_count``, ``omitted``
     (tasks past ``max_entries`` entries, or not read within ``time_budget`` seconds: then
@@ -137,4 +135,3 @@ def summary(tasks: list[dict[str, Any]], focus: str = "engine") -> str:
     while chosen["wait"]["kind"] == "nursery" and chosen["id"] in children:
         chosen = children[chosen["id"]]
     return f"{chosen['name']} waits {line_of(chosen)} on {chosen['wait']['on']}"
-

@@ -188,4 +188,3 @@ def _subprocess(frames: list[types.FrameType]) -> int | None:
             pid = getattr(frame.f_locals.get("self"), "pid", None)
             return pid if isinstance(pid, int) else None
     return None
-

@@ -47,9 +47,7 @@ def _trio_opaque() -> frozenset[type]:
 class Reach:
     """Everything reachable from the roots added so far; ``id(obj) in reach`` asks."""
 
-    def __init__(
-        self, stop: Iterable[object], limit: int, *, shared: Reach | None = None
-    ) -> None:
+    def __init__(self, stop: Iterable[object], limit: int, *, shared: Reach | None = None) -> None:
         """``shared``: a Reach whose stop set and module dicts this one reads (not copies)."""
         self.limit = limit
         self._stop: set[int] = shared._stop if shared else {id(obj) for obj in stop}
@@ -57,9 +55,11 @@ class Reach:
         """ids of the chain added, which the stop set must not stop."""
         self._seen: set[int] = set()
         self._keep: list[object] = []  # keeps every id valid while the analysis runs
-        self._module_dicts: set[int] = shared._module_dicts if shared else {
-            id(vars(m)) for m in list(sys.modules.values()) if m is not None
-        }
+        self._module_dicts: set[int] = (
+            shared._module_dicts
+            if shared
+            else {id(vars(m)) for m in list(sys.modules.values()) if m is not None}
+        )
         self._opaque = _OPAQUE | _trio_opaque()
         self._open_types = False
         self.scopes: set[int] = set()

@@ -94,8 +94,10 @@ def grouped(entries: list[tuple[str, list[str]]], shown: int = 40) -> list[str]:
         groups.setdefault(tuple(lines), []).append(name)
     out: list[str] = []
     for same, names in list(groups.items())[:shown]:
-        who = f"task {names[0]!r} waits" if len(names) == 1 else (
-            f"{len(names)} tasks ({named(names)}) wait"
+        who = (
+            f"task {names[0]!r} waits"
+            if len(names) == 1
+            else (f"{len(names)} tasks ({named(names)}) wait")
         )
         out.append(f"  {who} at {same[0]}")
         out.extend(f"    {line}" for line in same[1:])

@@ -149,5 +149,5 @@ def _command(name: str, arguments: str) -> str | list[str]:
         return [f"the arguments are not JSON: {arguments[:200]!r}"]
     command = parsed.get("command") if isinstance(parsed, dict) else None
     if not isinstance(command, str):
-        return [f"{SHELL} takes {{\"command\": string}}, not {arguments[:200]!r}"]
+        return [f'{SHELL} takes {{"command": string}}, not {arguments[:200]!r}']
     return command

@@ -83,7 +83,8 @@ class FakeModel:
                 await stream.send_all(
                     f"HTTP/1.1 {code} {_REASONS.get(code, 'Error')}\r\nContent-Type:"
                     f" application/json\r\nContent-Length: {len(text)}\r\nConnection: close\r\n"
-                    f"\r\n".encode() + text
+                    f"\r\n".encode()
+                    + text
                 )
                 return
         head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
