@@ -21,11 +21,19 @@ import psutil
 import pytest
 import trio
 
-from helpers import QUICK_HARNESS, descendants, gone_since, new_descendants, wait_until
+from helpers import (
+    QUICK_HARNESS,
+    agentd_events,
+    descendants,
+    gone_since,
+    new_descendants,
+    wait_until,
+)
 from test_cli_agentd import TETHER, daemon, stop, tether
 from tether.cli._errors import CliError
 from tether.cli._request import request
 from tether.journal import JournalError, Transcript
+from tether.wire._control import RETRY_EVERY
 
 
 @pytest.fixture(autouse=True)
@@ -303,3 +311,26 @@ def _request_as(uid: int, socket: str) -> tuple[int, str]:
         code, line = json.loads(f.read())
     os.waitpid(pid, 0)
     return code, line
+
+
+async def test_a_harness_backing_off_while_its_daemon_was_down_is_given_time_to_come_back(
+    agentd_dir: Path,
+) -> None:
+    # Down 1.6 s: the harness's tries back off to 0.8 s apart, more than the 0.6 s patience
+    # (heartbeat 0.2 x 3) a restarted daemon gave it (torture seed 101 killed it so).
+    harness = ["--", sys.executable, "-c", QUICK_HARNESS]
+    async with daemon(agentd_dir, *harness) as first:
+        await tether(agentd_dir, "start", "back")
+        pid = _session(agentd_dir)["pid"]
+        first.kill()
+        first.wait()
+        await trio.sleep(1.6)  # the fault: the daemon stays down this long
+    async with daemon(agentd_dir, *harness) as second:
+        await wait_until(lambda: _session(agentd_dir).get("state") == "attached", timeout=30)
+        row = _session(agentd_dir)
+        assert (row["pid"], row["epoch"]) == (pid, 1), row
+        assert await stop(second) == 0
+    # Whether this run's timing met the gap or not, the window covers two of its tries.
+    (adopted,) = [e for e in agentd_events(agentd_dir, "back") if e["kind"] == "adopted"]
+    window = float(adopted["detail"].split("waiting ")[1].split("s ")[0])
+    assert window >= 2 * RETRY_EVERY, adopted["detail"]

@@ -3,11 +3,11 @@
 A recorded harness is adopted only if the very same process still runs (same boot, pid and
 creation time, not a zombie), was started for this very store (its ``TETHER_STORE_ID``: a
 daemon on a copy of the store must not take, judge and kill the original's harnesses) and, on
-a shared store, if the session is still this host's; it then has ``patience`` to reconnect
-(the start timeout, if its record says it had not said hello yet).
-One found dead is reaped if it is ours and what it left is swept, unless a live harness of the
-session's current epoch carries this store's mark: a previous daemon adopted or started it and
-could not record it (a full disk, a kill before the write), and it is adopted instead of being
+a shared store, if the session is still this host's; it then has ``Settings.first_contact``
+to reconnect (the start timeout, if its record says it had not said hello yet). One found
+dead is reaped if it is ours and what it left is swept, unless a live harness of the session's
+current epoch carries this store's mark: a previous daemon adopted or started it and could not
+record it (a full disk, a kill before the write), and it is adopted instead of being
 superseded by a fresh one. A session another host wrote last is shown ``elsewhere``.
 """
 
@@ -98,11 +98,11 @@ async def adopt_all(
             session.become(SessionState.STARTING)
         elif recorded is not SessionState.FAILED:
             session.become(SessionState.DISCONNECTED)
+        wait = settings.first_contact(starting=starting)
         if starting:  # spawned just before the restart: it has the start timeout for hello
-            wait = max(settings.start_timeout, settings.patience)
             detail = f"adopted while starting; waiting {wait:.1f}s for its hello"
         else:
-            detail = f"{found}waiting {settings.patience:.1f}s for it to reconnect"
+            detail = f"{found}waiting {wait:.1f}s for it to reconnect"
         sessions.emit(session, EventKind.ADOPTED, harness, detail)
 
 

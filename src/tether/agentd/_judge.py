@@ -40,10 +40,10 @@ class Judge:
         return harness.awaiting_connection and self.silence(harness) > self.patience(harness)
 
     def patience(self, harness: Harness) -> float:
-        """How long it may be silent: ``patience``, or the start timeout for one adopted while
-        it was still starting (a harness spawned just before the daemon restarted)."""
-        if harness.starting and not harness.hello.is_set():
-            return max(self.settings.start_timeout, self.settings.patience)
+        """How long it may be silent: ``patience``, or, for one adopted after a restart that
+        has not linked to this daemon yet, its first contact window (``Settings``)."""
+        if harness.child is None and not harness.hello.is_set():
+            return self.settings.first_contact(starting=harness.starting)
         return self.settings.patience
 
     async def healthy(self, harness: Harness) -> bool:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from ..wire._control import RETRY_EVERY
 from ._activity import StallPolicy
 from ._backoff import Backoff
 
@@ -56,6 +57,15 @@ class Settings:
     def patience(self) -> float:
         """Seconds without a sign of life that make a harness a suspected phantom."""
         return self.miss_limit * self.heartbeat
+
+    def first_contact(self, *, starting: bool) -> float:
+        """Seconds a harness adopted after a restart has to link to this daemon: the start
+        timeout if it had not said hello yet (``starting``), else two of its reconnect tries
+        (``RETRY_EVERY``) and a heartbeat, or ``patience`` if longer. Patience alone was less
+        than one try of a harness backing off while the daemon was down."""
+        if starting:
+            return max(self.start_timeout, self.patience)
+        return max(self.patience, 2 * RETRY_EVERY + self.heartbeat)
 
     def session_dir(self, name: str) -> str:
         """``<state_dir>/sessions/<name>``: a session's directory (its harness log, transcript
@@ -148,6 +158,15 @@ class SettingsView:
     def exit_bound(self) -> float:
         """Seconds a superseded harness has to exit on its own (``2 * grace + 1``)."""
         return self.settings.exit_bound
+
+    def first_contact(self, *, starting: bool) -> float:
+        """Seconds a harness adopted after a restart has to link to this daemon: the start
+        timeout if it had not said hello yet (``starting``), else two of its reconnect tries
+        (``RETRY_EVERY``) and a heartbeat, or ``patience`` if longer. Patience alone was less
+        than one try of a harness backing off while the daemon was down."""
+        if starting:
+            return max(self.start_timeout, self.patience)
+        return max(self.patience, 2 * RETRY_EVERY + self.heartbeat)
 
     def session_dir(self, name: str) -> str:
         """A session's directory, ``<state_dir>/sessions/<name>``."""

@@ -46,6 +46,7 @@ from ..wire import (
     connect,
     encode,
 )
+from ..wire._control import RETRY_EVERY
 from ._budget import FairBudget
 from ._context import Command
 from ._inbox import Inbox
@@ -150,11 +151,12 @@ async def _reconnecting(
         if isinstance(connection, OSError):
             if budget.exhausted():
                 logger.error(
-                    "agentd at %s unreachable for %.1fs: %s", agentd, budget.waited(), connection
-                )
+                    "agentd at %s unreachable for %.1fs of fair CPU time (%.1fs on the clock): %s",
+                    agentd, reconnect_for, budget.waited(), connection,
+                )  # fmt: skip
                 return LoopResult(Ending.DAEMON_GONE)
             await trio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, RETRY_EVERY)
             continue
         welcomed = trio.Event()
         async with connection:
@@ -170,12 +172,13 @@ async def _reconnecting(
             delay = 0.05
         elif budget.exhausted():
             logger.error(
-                "agentd at %s has not welcomed this harness for %.1fs", agentd, budget.waited()
-            )
+                "agentd at %s has not welcomed this harness for %.1fs of fair CPU time"
+                " (%.1fs on the clock)", agentd, reconnect_for, budget.waited(),
+            )  # fmt: skip
             return LoopResult(Ending.DAEMON_GONE)
         else:
             await trio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, RETRY_EVERY)
 
 
 @attrs.frozen

@@ -18,6 +18,10 @@ def unreachable(socket_path: str, exc: OSError) -> str:
     return f"no agentd at {socket_path}: {exc.strerror or exc}"
 
 
+RETRY_EVERY = 1.0
+"""A harness that lost its daemon tries to connect again at least this often (backing off from
+50 ms to this): a restarted daemon that adopts it gives it two tries to come back."""
+
 STARTING_FOR = 10.0
 """Seconds a client waits for a daemon that runs but does not listen yet: ``tether agentd ...
 &`` and at once ``tether start`` (it is still importing). With no daemon, it waits for none."""
