@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -186,6 +187,18 @@ def gone_since(before: set[int]) -> bool:
             continue
     reap_zombie_children()
     return new_descendants(before) == []
+
+
+def settle_orphans(before: set[int], timeout: float = 10.0) -> None:
+    """Reap, as init would, what the test's processes orphan here while they finish exiting
+    (a keeper exits after its harness), for up to ``timeout`` seconds; kills nothing, so
+    whatever is still alive after it is a leak for the guard to name."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reap_zombie_children()
+        if not new_descendants(before):
+            return
+        time.sleep(0.02)
 
 
 def reap_zombie_children() -> bool:
