@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -241,6 +242,29 @@ async def test_a_busy_loop_is_never_stalled_only_timed_out() -> None:
         )
     assert result.timed_out
     assert not result.stalled
+
+
+async def test_a_slow_spawn_is_not_the_tool_s_silence() -> None:
+    """Issue 40, a fresh torture seed: a spawn held up 1.5 s (its keeper SIGSTOPped; a loaded
+    host does the same) made a tool stalled the moment it started, and it was SIGINTed."""
+    activity = ToolActivity()  # made at the call, as a harness does, before the spawn
+    async with group() as children:
+        await children.run(["true"])  # the keeper runs now
+        keeper = children.keeper_pid
+        assert keeper is not None
+        os.kill(keeper, signal.SIGSTOP)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_continue_after, keeper, 1.5)
+                result = await children.run(["sleep", "0.3"], stall_after=1.0, activity=activity)
+        finally:
+            os.kill(keeper, signal.SIGCONT)
+    assert (result.returncode, result.stalled) == (0, False)
+
+
+async def _continue_after(pid: int, seconds: float) -> None:
+    await trio.sleep(seconds)  # the fault's length
+    os.kill(pid, signal.SIGCONT)
 
 
 async def test_a_tool_that_keeps_printing_is_never_stalled() -> None:

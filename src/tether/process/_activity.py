@@ -34,6 +34,12 @@ class ToolActivity:
         """The tool's processes now (its tree and its marked orphans; none for a Python
         tool), for ``tether inspect``: set by the runner of a program tool."""
 
+    def begin(self) -> None:
+        """The tool's process exists from now: its silence starts here (its age still counts
+        from the call). A spawn that was slow (a keeper stopped or starved, a loaded host) is
+        not the tool's silence."""
+        self.last = self.clock.now()
+
     def advance(self, note: str | None = None) -> None:
         """The tool made progress now."""
         now = self.clock.now()

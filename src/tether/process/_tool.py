@@ -122,6 +122,7 @@ class _Run:
         self.timed_out = self.stalled = False
         self.holders: list[PipeHolder] = []
         activity.tree = self._pids
+        activity.begin()
 
     def _roots(self) -> set[int]:
         roots = self.orphans.of(self.group.reaper_pid)
