@@ -32,6 +32,7 @@ SCRIPTS = [
     "testing_overhead",
     "inspection",
     "model_stream",
+    "sweep",
 ]
 
 
