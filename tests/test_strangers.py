@@ -132,6 +132,22 @@ async def test_row_3_a_transcript_deleted_under_its_writer_is_recreated_whole(
         assert [m.content for m in again.entries] == ["before", "after", "later"]
 
 
+async def test_row_3_a_transcript_deleted_again_after_its_recreation_is_recreated_again(
+    tmp_path: Path,
+) -> None:
+    """The recreated file is copied in its turn (a fresh torture seed: the second delete found
+    it opened write-only, and the harness exited 74)."""
+    path = tmp_path / "s.jsonl"
+    async with await Transcript.open(path) as transcript:
+        for text in ("one", "two", "three"):
+            await transcript.append_message("user", text)
+            path.unlink()
+        await transcript.append_message("user", "four")
+    assert list(tmp_path.glob("s.jsonl.orphaned-*")) == []
+    async with await Transcript.open(path) as again:
+        assert [m.content for m in again.entries] == ["one", "two", "three", "four"]
+
+
 async def test_row_3_a_transcript_deleted_while_no_writer_holds_it_comes_back(
     tmp_path: Path,
 ) -> None:

@@ -160,13 +160,8 @@ class SettingsView:
         return self.settings.exit_bound
 
     def first_contact(self, *, starting: bool) -> float:
-        """Seconds a harness adopted after a restart has to link to this daemon: the start
-        timeout if it had not said hello yet (``starting``), else two of its reconnect tries
-        (``RETRY_EVERY``) and a heartbeat, or ``patience`` if longer. Patience alone was less
-        than one try of a harness backing off while the daemon was down."""
-        if starting:
-            return max(self.start_timeout, self.patience)
-        return max(self.patience, 2 * RETRY_EVERY + self.heartbeat)
+        """Seconds a harness adopted after a restart has to link to this daemon."""
+        return self.settings.first_contact(starting=starting)
 
     def session_dir(self, name: str) -> str:
         """A session's directory, ``<state_dir>/sessions/<name>``."""

@@ -96,7 +96,7 @@ def recreate(path: str, fd: int, tail: Tail) -> int:
         except FileExistsError:
             raise JournalError(errno.ESTALE, "the transcript file was replaced", path) from None
         _fsync_dir(path)
-        new = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        new = os.open(path, os.O_RDWR | os.O_CLOEXEC)  # read too: it may be copied again
     except OSError as exc:
         if isinstance(exc, JournalError):
             raise
