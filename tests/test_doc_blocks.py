@@ -111,7 +111,9 @@ def test_the_readme_s_demo_excerpt_is_what_make_demo_prints(make_demo: str) -> N
     for line in block("README.md", 1).splitlines():
         if line.startswith("| ") and not line.startswith(("| guarantee", "| ---")):
             name, verdict = (cell.strip() for cell in line.split("|")[1:3])
-            assert rows.get(name) == verdict, f"not a row of make demo: {line}"
+            # A loaded host may make a timed row LATE (counted as held, issue 43 row 2).
+            allowed = {verdict, "LATE"} if verdict == "PASS" else {verdict}
+            assert rows.get(name) in allowed, f"not a row of make demo: {line}"
         elif line.strip() in ("...", ""):
             continue
         elif re.match(r"\d+ of \d+ guarantees held", line):

@@ -11,6 +11,8 @@ from typing import TextIO
 import attrs
 import trio
 
+from ._hostdelay import Stopwatch
+
 
 @attrs.define
 class Timeline:
@@ -49,9 +51,25 @@ class _ToTimeline(logging.Handler):
 
 @attrs.frozen
 class Verdict:
+    """One guarantee's row: held or not, with the measured figure. ``late``: held, but over its
+    time bound by no more than the host's measured CPU wait (it reads LATE, and counts)."""
+
     guarantee: str
     passed: bool
     figure: str
+    late: bool = False
+
+    @classmethod
+    def timed(cls, guarantee: str, held: bool, step: Stopwatch, bound: float) -> Verdict:
+        """A guarantee with a time bound: ``held`` (what else it needs) and ``step`` within
+        ``bound``, or over it by no more than the host's CPU wait during the step (LATE)."""
+        figure = f"{step.took:.2f} s (bound {bound:.1f} s)"
+        if step.took <= bound:
+            return cls(guarantee, held, figure)
+        late = step.excuses(bound)
+        if late:
+            figure += f", the host's CPU wait {step.host_delay:.2f} s"
+        return cls(guarantee, held and late, figure, late=held and late)
 
 
 def short_site(site: str) -> str:
