@@ -214,3 +214,39 @@ def test_the_plugin_costs_pytest_start_up_almost_nothing() -> None:
     loaded = [row.rsplit("|", 1)[1].strip() for row in done.stderr.splitlines() if "|" in row]
     assert "trio" not in loaded
     assert "tether.journal" not in loaded
+
+
+PLAIN = """
+import sys
+
+def test_plain():
+    assert True
+
+def test_sync_trio_run():
+    import trio
+    trio.run(trio.sleep, 0)
+"""
+
+MODULES = """
+import sys
+
+def pytest_sessionfinish(session):
+    loaded = sorted(m for m in sys.modules if m.startswith("tether.testing."))
+    print("tether modules:", ",".join(loaded), file=sys.stderr)
+"""
+
+
+def test_a_project_that_never_turns_the_plugin_on_pays_nothing_for_the_detector(
+    pytester: pytest.Pytester,
+) -> None:
+    """Issue 43, row 9: a plain sync test does not import the detector (88 ms with what it pulls
+    in); a test that starts a trio run does, at that run's start (the hard timeout is on)."""
+    pytester.makeconftest(MODULES)
+    pytester.makepyfile(test_it=PLAIN)
+    plain = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-k", "plain", timeout=60)
+    plain.assert_outcomes(passed=1)
+    assert "tether.testing._deadlock" not in plain.stderr.str()
+    assert "tether.testing._verdict" not in plain.stderr.str()
+    both = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=60)
+    both.assert_outcomes(passed=2)
+    assert "tether.testing._deadlock" in both.stderr.str()

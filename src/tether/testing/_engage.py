@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._deadlock import _RUN, WATCHED, DeadlockDetector
+if TYPE_CHECKING:  # the detector is imported by the first run it watches, not by the plugin
+    from ._deadlock import DeadlockDetector
 
-Make = Callable[[], DeadlockDetector]
+Make = Callable[[], "DeadlockDetector"]
+_RUN: Any = sys.modules["trio._core._run"]
 
 
 @contextlib.contextmanager
@@ -68,6 +71,8 @@ def watched(
             trio.lowlevel.current_trio_token()
         except RuntimeError:  # another event loop (anyio's asyncio backend)
             return await test(*args, **kwargs)
+        from ._deadlock import WATCHED
+
         runner = getattr(_RUN.GLOBAL_RUN_CONTEXT, "runner", None)
         # A guest run's attached detector steps aside at its first tick (the run outlives
         # the test), which may come after this: watch from inside all the same.

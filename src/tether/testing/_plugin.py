@@ -155,13 +155,14 @@ def _maker(item: pytest.Item) -> Make | None:
     deadlock, timeout = settings
     if not deadlock and timeout is None:
         return None
-    from ._deadlock import DeadlockDetector
-
     used: list[DeadlockDetector] = []
 
     def make() -> DeadlockDetector:
         # The fixture's detector watches the first run, so the test's settings take effect;
-        # Hypothesis runs the test many times: one fresh detector each.
+        # Hypothesis runs the test many times: one fresh detector each. Imported here, by a
+        # run's start: a test that starts no trio run pays nothing for it.
+        from ._deadlock import DeadlockDetector
+
         _COUNTS["runs"] += 1
         if used:
             return used[0].fresh()
