@@ -60,14 +60,22 @@ def ratio_rows(output: str) -> list[tuple[str, str, str]]:
     return rows
 
 
-def main() -> None:
+def main(scripts: list[str]) -> int:
+    """Run each script, print its tables, then one summary of every ratio; a script that fails
+    is named in the summary with its exit status and last error line, and the rest still run
+    (exit 1 at the end)."""
     rows: list[tuple[str, str, str, str]] = []
-    for script in SCRIPTS:
-        done = subprocess.run(
-            [sys.executable, str(HERE / f"{script}.py")], capture_output=True, text=True, check=True
-        )
+    failed: list[tuple[str, int, str]] = []
+    for name in scripts:  # a name in SCRIPTS, or a script's path
+        path = Path(name) if name.endswith(".py") else HERE / f"{name}.py"
+        script = path.stem
+        done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True)
         print(done.stdout)
         rows += [(script, *row) for row in ratio_rows(done.stdout)]
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["(no error output)"])[-1]
+            print(done.stderr, file=sys.stderr)
+            failed.append((script, done.returncode, last))
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python "
     machine += platform.python_version()
     print(f"## Summary, {datetime.date.today().isoformat()}, {machine}\n")
@@ -75,6 +83,12 @@ def main() -> None:
     print("| --- | --- | --- | ---: |")
     for script, label, column, ratio in rows:
         print(f"| {script} | {label} | {column} | {ratio} |")
+    for script, code, last in failed:
+        print(f"| {script} | FAILED (exit {code}): {last.replace('|', '/')[:120]} | | |")
+    if failed:
+        names = ", ".join(script for script, _, _ in failed)
+        print(f"\n{len(failed)} of {len(scripts)} benchmarks failed: {names}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
@@ -82,4 +96,4 @@ if __name__ == "__main__":
         for row in ratio_rows(sys.stdin.read()):
             print("| " + " | ".join(row) + " |")
     else:
-        main()
+        raise SystemExit(main(sys.argv[1:] or SCRIPTS))
