@@ -89,6 +89,7 @@ async def test_transcript_show_and_repair(tmp_path: Path) -> None:
     repaired = _tether("transcript", "repair", str(path))
     assert repaired.returncode == 0
     assert "kept 3 entries; moved 13 bytes" in repaired.stdout
+    assert "moved 13 bytes" not in repaired.stderr  # said once (issue 43, row 5)
     assert "1 tool calls have no result" in repaired.stdout
     again = _tether("transcript", "show", str(path))
     assert again.returncode == 0

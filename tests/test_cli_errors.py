@@ -98,9 +98,12 @@ async def test_the_daemon_s_refusals_have_their_codes(tmp_path: Path) -> None:
         for args in (["stop", "nosuch"], ["reset", "nosuch"], ["send", "nosuch", "hi"]):
             code, stderr = tether(*args, "--socket", sock)
             assert code == 69
-            assert "no such session (start it, or use --create)" in one_line(stderr)
+            assert "no such session (tether start it, or use --create)" in one_line(stderr)
         code, stderr = tether("logs", "nosuch", "--socket", sock)
         assert (code, "no such session" in one_line(stderr)) == (69, True)
+        code, stderr = tether("inspect", "nosuch", "--socket", sock)  # it takes no --create
+        assert code == 69
+        assert "no such session (tether start it)" in one_line(stderr)
         code, stderr = tether("start", "../x", "--socket", sock)
         assert code == 65
         assert "session name '../x'" in one_line(stderr)
@@ -174,3 +177,33 @@ def test_a_harness_that_cannot_run_is_refused_before_the_daemon_starts(
     assert returncode == code
     assert said in one_line(stderr)
     assert not (tmp_path / "d").exists()  # nothing was started
+
+
+async def test_a_harness_that_cannot_start_is_78_not_try_again(tmp_path: Path) -> None:
+    """Issue 43, row 5: a harness that fails to import exited 75 (EX_TEMPFAIL, "try again");
+    it is a configuration to fix (78), its log's last line named."""
+    tmp_path.chmod(0o700)
+    broken = [sys.executable, "-c", "import no_such_harness_module"]
+    async with daemon(tmp_path, "--", *broken):
+        code, stderr = tether("start", "broken", "--socket", str(tmp_path / "agentd.sock"))
+    assert code == 78, stderr
+    assert "exited with code 1 before saying hello" in one_line(stderr)
+    assert "No module named 'no_such_harness_module'" in one_line(stderr)
+
+
+def test_help_names_each_default_once_and_the_socket_rule() -> None:
+    """Issue 43, row 5: ``agentd --help`` said "(default: ...) (default: None)"; ``--socket``
+    did not say its directory must be 0700; ``stop`` said the session stays down."""
+    done = subprocess.run(
+        [*TETHER, "agentd", "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    text = " ".join(done.stdout.split())
+    assert "(default: None)" not in text
+    assert "(default: False)" not in text
+    for option in text.split(" --")[1:]:
+        assert option.count("(default:") <= 1, option
+    assert "mode 0700" in text
+    stop = subprocess.run(
+        [*TETHER, "stop", "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "until the next start or send" in " ".join(stop.stdout.split())

@@ -28,6 +28,7 @@ from ._outcomes import (
     Queued,
     SessionFailed,
     SessionStatus,
+    StartFailed,
 )
 from ._registry import valid_name
 from ._state import SessionState
@@ -62,6 +63,8 @@ def code_of(exc: BaseException) -> int:
     """The exit code a command-line client should use for ``exc``."""
     if isinstance(exc, SpawnError) and exc.errno in _TRANSIENT:
         return EX_TEMPFAIL
+    if isinstance(exc, StartFailed) and exc.exited:  # a broken harness: trying again won't do
+        return EX_CONFIG
     for kind, code in _CODES:
         if isinstance(exc, kind):
             return code
@@ -125,7 +128,8 @@ class ControlHandler:
         op = _op(request)
         ops = self.operations
         if op.needs_session and not request.create and not ops.knows(request.session):
-            raise NoSuchSession(request.session, "no such session (start it, or use --create)")
+            hint = "tether start it, or use --create" if op.can_create else "tether start it"
+            raise NoSuchSession(request.session, f"no such session ({hint})")
         if op is ControlOp.PS:
             return {"sessions": [row.to_json() for row in ops.status()]}
         if op is ControlOp.START:

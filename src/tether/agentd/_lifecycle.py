@@ -122,7 +122,7 @@ class Harnesses:
             reason = f"the harness did not say hello within {self.settings.start_timeout:.1f}s"
         self.sessions.emit(session, EventKind.SPAWN_FAILED, harness, reason, reason=reason)
         await self.retire(session, harness, "no hello")
-        raise StartFailed(session.name, reason)
+        raise StartFailed(session.name, reason, exited=not harness.alive)
 
     async def _start(self, directory: str, env: dict[str, str]) -> Child:
         """Start the harness program with its log as stdout and stderr.

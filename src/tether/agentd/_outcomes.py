@@ -115,7 +115,13 @@ class AgentdError(Exception):
 
 class StartFailed(AgentdError):
     """A harness was started but never said ``Hello`` (it exited, or the start timeout passed);
-    it was stopped and counted as a restart."""
+    it was stopped and counted as a restart. ``exited``: it exited on its own (a harness that
+    cannot start: the command line exits 78, not 75 "try again")."""
+
+    def __init__(self, session: str, reason: str, *, exited: bool = False) -> None:
+        super().__init__(session, reason)
+        self.exited = exited
+        """Whether the harness exited before its hello (else the start timeout passed)."""
 
 
 class SessionFailed(AgentdError):

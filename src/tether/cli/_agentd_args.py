@@ -24,7 +24,12 @@ def add_command(commands: Any) -> None:
         "  tether agentd --store etcd://10.0.0.5:2379 --etcd-cacert ca.pem -- python engine.py",
         formatter_class=Formatter,
     )
-    daemon.add_argument("--socket", default=default_socket(), help="its Unix socket")
+    daemon.add_argument(
+        "--socket",
+        default=default_socket(),
+        help="its Unix socket; the directory holding it must be this user's, mode 0700 (made so"
+        " if missing), or the daemon refuses to start (exit 77)",
+    )
     daemon.add_argument(
         "--store",
         default=None,

@@ -49,8 +49,24 @@ class Parser(argparse.ArgumentParser):
         self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
 
 
-class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Help with every default shown and descriptions and examples kept as written."""
+class Formatter(argparse.RawDescriptionHelpFormatter):
+    """Help with each meaningful default shown once, and descriptions and examples kept as
+    written: no default is added to a help that already names one, nor a ``None`` or a flag's
+    ``False`` (``agentd --help`` said "(default: ...) (default: None)")."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or "%(default)" in text
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or not (action.option_strings or action.nargs in (argparse.OPTIONAL, "*"))
+        ):
+            return action.help
+        return f"{text} (default: %(default)s)"
 
 
 def positive(kind: type[float | int]) -> argparse._ActionType:

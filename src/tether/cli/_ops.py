@@ -75,12 +75,15 @@ def add_commands(commands: Any) -> None:
         " with the same id delivers it once",
     )  # fmt: skip
     for name, summary in (
-        (ControlOp.STOP, "stop a session's harness tree; it stays down until started"),
+        (
+            ControlOp.STOP,
+            "stop a session's harness tree; it stays down until the next start or send",
+        ),
         (ControlOp.RESET, "clear a failed session's failure and its restart count"),
     ):
         sub = command(name, summary, f"tether {name} s1")
         sub.add_argument("session", help="the session's name")
-    for sub in (send, commands.choices["stop"], commands.choices["reset"]):
+    for sub in (commands.choices[op] for op in ControlOp if op.can_create):
         sub.add_argument(
             "--create", action="store_true", help="act even if the daemon knows no such session"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -99,7 +100,11 @@ def show(path: str, out: TextIO, *, as_json: bool = False) -> int:
 
 
 async def repair(path: str, out: TextIO) -> int:
-    """Open the transcript (which repairs it) and say what was done. Exit status."""
+    """Open the transcript (which repairs it) and say what was done, once: the journal's own
+    warning of the repair is not shown as well. Exit status."""
+    journal = logging.getLogger("tether.journal")
+    level = journal.level
+    journal.setLevel(logging.ERROR)
     try:
         async with await Transcript.open(path, create=False) as transcript:
             report = transcript.repair
@@ -108,6 +113,8 @@ async def repair(path: str, out: TextIO) -> int:
     except JournalError as exc:
         print(f"tether transcript: {exc}", file=out)
         return 1
+    finally:
+        journal.setLevel(level)
     if report is None:
         print(f"{path}: {total} entries, nothing to repair", file=out)
     else:

@@ -113,6 +113,11 @@ class ControlOp(enum.StrEnum):
         )  # fmt: skip
 
     @property
+    def can_create(self) -> bool:
+        """Its command takes ``--create`` (act on a session the daemon does not know)."""
+        return self in (ControlOp.SEND, ControlOp.STOP, ControlOp.RESET)
+
+    @property
     def streams(self) -> bool:
         """It answers with a stream of replies (``events``, ``logs``)."""
         return self in (ControlOp.EVENTS, ControlOp.LOGS)
