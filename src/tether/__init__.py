@@ -60,6 +60,8 @@ __all__ = [
     "ChildGroup",
     "EpochStore",
     "HarnessContext",
+    "Nudge",
+    "Prompt",
     "Holder",
     "HostIdInUse",
     "JournalError",
@@ -155,6 +157,8 @@ _LAYER = {
     "StoreUnavailable": "epochs",
     "Superseded": "epochs",
     "HarnessContext": "harness",
+    "Nudge": "harness",
+    "Prompt": "harness",
     "run_harness": "harness",
     "BackendUnreachable": "jobs",
     "FakeBackend": "jobs",
@@ -287,6 +291,8 @@ if TYPE_CHECKING:
     from .epochs import StoreUnavailable as StoreUnavailable
     from .epochs import Superseded as Superseded
     from .harness import HarnessContext as HarnessContext
+    from .harness import Nudge as Nudge
+    from .harness import Prompt as Prompt
     from .harness import run_harness as run_harness
     from .jobs import BackendUnreachable as BackendUnreachable
     from .jobs import FakeBackend as FakeBackend

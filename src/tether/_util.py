@@ -49,12 +49,16 @@ _BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
 def reexport(namespace: MutableMapping[str, Any]) -> None:
     """Give every class and function a package lists in ``__all__`` that package as its
     ``__module__``, as trio does, so reprs, tracebacks and docs name ``tether.x.Name`` rather
-    than the private module it lives in. Constants, instances and type aliases are left."""
+    than the private module it lives in. Constants, instances and type aliases are left, and
+    so are names another public package owns (``tether.harness`` lists ``tether.wire``'s
+    ``Prompt``)."""
     package = namespace["__name__"]
     for name in namespace["__all__"]:
         value = namespace.get(name)
         if inspect.isclass(value) or inspect.isfunction(value):
-            value.__module__ = package
+            owner = value.__module__
+            if owner.startswith(f"{package}.") or owner.rpartition(".")[2].startswith("_"):
+                value.__module__ = package
 
 
 def write_all(fd: int, data: bytes, offset: int) -> None:

@@ -1,6 +1,10 @@
 """The harness runtime: one nursery owns engine, connection loop and child agents."""
 
 from .._util import reexport
+
+# What an engine receives, here beside the engine's other names (their home is tether.wire).
+from ..wire import Nudge as Nudge
+from ..wire import Prompt as Prompt
 from ._context import Command as Command
 from ._context import Engine as Engine
 from ._context import HarnessContext as HarnessContext
@@ -20,6 +24,8 @@ __all__ = [
     "Command",
     "Engine",
     "HarnessContext",
+    "Nudge",
+    "Prompt",
     "run_harness",
 ]
 

@@ -262,6 +262,10 @@ class ChildGroup:
     ) -> RunResult:
         """Run a tool to its end, as a harness needs: its output whole, and never a hang.
 
+        Unlike ``trio.run_process`` it captures output and does not raise on a non-zero exit
+        by default (``capture_output=True, check=False``): a tool's failure is a result the
+        engine reports to the model, not an exception.
+
         Args:
             input: bytes for its stdin (else ``/dev/null``).
             capture_output: read stdout and stderr into the result (else they are this

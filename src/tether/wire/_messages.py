@@ -44,7 +44,9 @@ class Welcome:
 
 @attrs.frozen
 class Superseded:
-    """Daemon to harness: ``epoch`` is not current (``current`` is); the harness must exit."""
+    """Daemon to harness: ``epoch`` is not current (``current`` is); the harness must exit.
+    The message, not the exception: the store raises ``tether.Superseded``
+    (``tether.epochs.Superseded``) where an epoch is fenced."""
 
     session: str
     """The session."""
