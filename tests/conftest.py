@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +32,7 @@ RESET = (
     signal.SIGTTOU,
 )
 RESET_NOTE: list[str] = []
+MADE_HOME: list[str] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,10 +48,23 @@ def pytest_configure(config: pytest.Config) -> None:
     # Issue 40: the fault campaign's slice runs a fresh seed each time, drawn here so that
     # every xdist worker inherits the same one and the header shows it for a replay.
     os.environ.setdefault("TETHER_TORTURE_SEED", str(random.SystemRandom().randrange(1_000, 10**9)))
+    # Issue 43: a daemon a test starts without naming its socket keeps its socket and state in
+    # the suite's own directories, never in the user's runtime directory or ~/.local/state.
+    if "TETHER_SUITE_HOME" not in os.environ:
+        home = tempfile.mkdtemp(prefix="tether-suite-")
+        MADE_HOME.append(home)
+        os.environ["TETHER_SUITE_HOME"] = home
+        os.environ["XDG_STATE_HOME"] = os.path.join(home, "state")
+        os.environ["XDG_RUNTIME_DIR"] = os.path.join(home, "run")
     blocked = signal.pthread_sigmask(signal.SIG_SETMASK, set())
     if blocked:
         names = ", ".join(sorted(signal.Signals(s).name for s in blocked if s in signal.Signals))
         RESET_NOTE.append(f"blocked: {names}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for home in MADE_HOME:  # only the process that made it (xdist's workers inherit it)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def pytest_report_header() -> list[str]:

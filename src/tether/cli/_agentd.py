@@ -31,6 +31,7 @@ from ._errors import (
 )
 from ._logs import configure, reopen
 from ._metrics import metrics_server
+from ._paths import resolve as resolve_paths
 
 logger = logging.getLogger("tether.cli")
 
@@ -84,7 +85,8 @@ def _password(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """``tether agentd``; the exit status (errors are raised for ``_errors.report``)."""
-    args.socket = os.path.abspath(args.socket)
+    paths = resolve_paths(args.socket, args.state_dir, args.store)
+    args.socket, args.state_dir, args.store = paths.socket, paths.state_dir, paths.store
     check_harness(args.harness)
     configure(args.log_level, args.log_format, args.log_file)
     return trio.run(_daemon, args)
@@ -118,10 +120,11 @@ async def _daemon(args: argparse.Namespace) -> int:
     # Checked before anything is opened or created in it (ADR 0044): a directory another
     # user made first could hold a link that turns the store's first write into theirs.
     make_owned(directory, "socket directory", private=True)
+    make_owned(args.state_dir, "state directory")  # the store may be in it: checked first too
     harness = args.harness or [sys.executable, "-m", "tether.harness.example"]
     # Signals first: the store's worker thread must start with them blocked.
     async with signals.receive(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as events:
-        store = open_store(args, os.path.join(directory, "epochs.sqlite3"))
+        store = open_store(args, args.store)
         try:
             agentd = Agentd(
                 store,

@@ -26,15 +26,15 @@ def add_command(commands: Any) -> None:
     )
     daemon.add_argument(
         "--socket",
-        default=default_socket(),
+        default=None,
         help="its Unix socket; the directory holding it must be this user's, mode 0700 (made so"
-        " if missing), or the daemon refuses to start (exit 77)",
+        f" if missing), or the daemon refuses to start (exit 77) (default: {default_socket()})",
     )
     daemon.add_argument(
         "--store",
         default=None,
         help="sqlite:PATH, PATH, or etcd://HOST:PORT,HOST:PORT[/PREFIX]"
-        " (default: epochs.sqlite3 beside the socket)",
+        " (default: epochs.sqlite3 in the state directory)",
     )
     daemon.add_argument(
         "--host-id",
@@ -51,8 +51,9 @@ def add_command(commands: Any) -> None:
     )  # fmt: skip
     add_etcd_options(daemon)
     daemon.add_argument(
-        "--state-dir", default=None, help="sessions' directories and the event log"
-        " (default: the socket's directory)",
+        "--state-dir", default=None, help="sessions' directories (transcripts), the event log and"
+        " the store (default: beside a socket named by --socket or $TETHER_AGENTD, else"
+        " $XDG_STATE_HOME/tether or ~/.local/state/tether; `tether paths` shows it)",
     )  # fmt: skip
     daemon.add_argument(
         "--heartbeat", type=positive(float), default=1.0, help="seconds between pings"

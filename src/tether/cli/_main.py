@@ -21,6 +21,7 @@ examples:
   tether demo
   tether run -- python worker.py
   tether agentd -- python engine.py &
+  tether paths
   tether start s1; tether send s1 "fix the tests"; tether ps; tether events --follow
 """
 
@@ -47,8 +48,9 @@ def parser() -> Parser:
         "transcript", help="read or repair a session transcript",
         description="Show a transcript's entries, follow a live one, or repair it (damaged"
         " lines quarantined).",
-        epilog="examples:\n  tether transcript show ~/.tether/s1/s1.jsonl\n"
-        "  tether transcript tail -f ~/.tether/s1/s1.jsonl",
+        epilog="examples (`tether paths` says where a session's transcript is):\n"
+        "  tether transcript show ~/.local/state/tether/sessions/s1/s1.jsonl\n"
+        "  tether transcript tail -f ~/.local/state/tether/sessions/s1/s1.jsonl",
         formatter_class=Formatter,
     )  # fmt: skip
     transcript.add_argument("action", choices=("show", "tail", "repair"), help="what to do")
@@ -71,6 +73,16 @@ def parser() -> Parser:
     )
     _agentd_args.add_command(commands)
     _ops.add_commands(commands)
+    paths = commands.add_parser(
+        "paths", help="show where agentd keeps its socket, store, event log and transcripts",
+        description="Where `tether agentd` with the same options and environment keeps its"
+        " socket, state directory, store, event log and each session's transcript.",
+        formatter_class=Formatter,
+    )  # fmt: skip
+    paths.add_argument("--socket", default=None, help="as agentd's --socket")
+    paths.add_argument("--state-dir", default=None, help="as agentd's --state-dir")
+    paths.add_argument("--store", default=None, help="as agentd's --store")
+    paths.add_argument("--json", action="store_true", help="one JSON object")
     return top
 
 
@@ -103,6 +115,11 @@ def _run(args: list[str]) -> int:
         from . import _transcript
 
         return _transcript.run(parsed, sys.stdout)
+    if parsed.command == "paths":
+        from ._paths import resolve, show
+
+        found = resolve(parsed.socket, parsed.state_dir, parsed.store)
+        return show(found, sys.stdout, as_json=parsed.json)
     if parsed.command == "agentd":
         from . import _agentd
 

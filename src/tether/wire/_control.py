@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Mapping
 
 BUSY_FOR = 5.0
 """Seconds a client waits for room in a daemon's full listen queue."""
@@ -59,13 +60,15 @@ def _served(pid: int, argv: list[str]) -> str | None:
         elif arg.startswith("--socket="):
             given = arg.partition("=")[2]
     try:
+        env: dict[str, str] = {}
         if given is None:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 for entry in f.read().split(b"\0"):
                     name, _, value = entry.partition(b"=")
-                    if name == b"TETHER_AGENTD" and value:
-                        given = value.decode(errors="replace")
-        path = given or _fallback_socket()
+                    if name in (b"TETHER_AGENTD", b"XDG_RUNTIME_DIR") and value:
+                        env[name.decode()] = value.decode(errors="replace")
+            given = env.get("TETHER_AGENTD")
+        path = given or _fallback_socket(env)
         return os.path.normpath(os.path.join(os.readlink(f"/proc/{pid}/cwd"), path))
     except OSError:
         return None
@@ -77,11 +80,17 @@ def busy(socket_path: str, waited: float) -> str:
 
 
 def default_socket() -> str:
-    """``$TETHER_AGENTD``, else ``/tmp/tether-<uid>/agentd.sock``."""
-    return os.environ.get("TETHER_AGENTD") or _fallback_socket()
+    """``$TETHER_AGENTD``, else ``$XDG_RUNTIME_DIR/tether/agentd.sock``, else
+    ``/tmp/tether-<uid>/agentd.sock``."""
+    return os.environ.get("TETHER_AGENTD") or _fallback_socket(os.environ)
 
 
-def _fallback_socket() -> str:
+def _fallback_socket(env: Mapping[str, str]) -> str:
+    """The socket when none is named: in the user's runtime directory (``$XDG_RUNTIME_DIR``,
+    private and cleared at logout), else in ``/tmp``."""
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime):
+        return os.path.join(runtime, "tether", "agentd.sock")
     return f"/tmp/tether-{os.getuid()}/agentd.sock"
 
 
