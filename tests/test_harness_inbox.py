@@ -28,7 +28,7 @@ from helpers import (
 from tether import Sender, Transcript, channel, wire
 from tether.harness._inbox import Inbox
 from tether.harness._loop import REVISION
-from tether.journal import Message, scan
+from tether.journal import Event, Message, scan
 
 ENGINE = """
 import os, sys
@@ -183,3 +183,56 @@ async def test_a_prompt_sent_again_while_its_record_is_on_the_way_is_reported_on
             await trio.testing.wait_all_tasks_blocked()
             assert taken == ["p1"]
             nursery.cancel_scope.cancel()
+
+
+async def test_prompts_queued_while_the_engine_is_busy_are_recorded_one_turn_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """Issue 41, row 1: B and C sent while the engine was busy with A were both recorded
+    before A's turn ran (the pump kept sending while the engine had not yet taken A), so A's
+    model request carried B. Each prompt is recorded when the engine comes back for it, after
+    the turn before it ended."""
+    async with await Transcript.open(tmp_path / "t.jsonl") as transcript:
+        inbox = Inbox(transcript)
+        tx, rx = channel(wire.Prompt | wire.Nudge, math.inf, name="commands")
+        rx.observe(inbox)
+        seen: list[tuple[str, list[str]]] = []
+        busy = trio.Event()
+
+        def recorded() -> list[str]:  # a record under way counts (has_prompt)
+            return [p for p in ("A", "B", "C") if transcript.has_prompt(p)]
+
+        async def engine() -> None:
+            async for command in rx:
+                seen.append((command.id, recorded()))  # what the turn's request would carry
+                if command.id == "A":
+                    await busy.wait()  # a slow reply or a long tool call
+
+        async def pump(sender: Sender[wire.Prompt | wire.Nudge]) -> None:
+            with sender:
+                await inbox.pump(sender)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump, tx.move())
+            nursery.start_soon(engine)
+            await trio.testing.wait_all_tasks_blocked()
+            inbox.put(wire.Prompt("A", "a", {}))
+            inbox.put(wire.Prompt("B", "b", {}))  # in the same tick, as a burst of sends
+            await wait_until(lambda: seen != [])
+            inbox.put(wire.Prompt("C", "c", {}))
+            busy.set()
+
+            def c_done() -> bool:
+                last = transcript.entries[-1] if transcript.entries else None
+                return isinstance(last, Event) and last.data == {"prompt_id": "C"}
+
+            await wait_until(c_done)
+            nursery.cancel_scope.cancel()
+        assert seen == [("A", ["A"]), ("B", ["A", "B"]), ("C", ["A", "B", "C"])]
+        kinds = [
+            ("user", e.prompt_id) if isinstance(e, Message) else (e.kind, e.data["prompt_id"])
+            for e in transcript.entries
+            if isinstance(e, Message | Event)
+        ]
+        # A prompt's record ends the turn before it (ADR 0034); the last one ends idle.
+        assert kinds == [("user", "A"), ("user", "B"), ("user", "C"), ("turn_done", "C")]

@@ -116,6 +116,10 @@ class Inbox:
                     commands.try_send(command)
                 except SendError:
                     return
+                # Given one: the engine asks again only when it comes back to its channel. Left
+                # set until its receive ran, the next prompt was recorded (and handed over)
+                # into the same turn (issue 41: a burst of sends answered as one).
+                self._asking = False
 
     async def _record(self, prompt: Prompt) -> None:
         self._recording = prompt.id
