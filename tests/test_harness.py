@@ -35,6 +35,7 @@ from helpers import (
 )
 from tether import ToolResult, Transcript, wire
 from tether.harness import EXIT_DAEMON_GONE, EXIT_SUPERSEDED
+from tether.harness._budget import STRETCH
 
 GRACE = 0.5
 BOUND = 2 * GRACE + 1.0
@@ -197,6 +198,11 @@ async def test_sigterm_mid_tool_call_seals_the_call_naming_the_sender(tmp_path: 
     assert f"worker shut down mid-call (SIGTERM from pid {killer.pid}, sh -c" in str(
         result["reason"]
     )
+    # The turn's seal says the turn was cut, not a call (issue 41, row 4).
+    (turn,) = [e for e in _entries(transcript) if e.get("kind") == "turn_aborted"]
+    assert f"worker shut down mid-turn (SIGTERM from pid {killer.pid}, sh -c" in str(
+        turn["data"]["reason"]
+    )
     assert f"received SIGTERM from pid={killer.pid}" in log
     assert marked(session) == [], "the tool's tree (with its setsid grandchild) survived"
     assert zombie_children() == []
@@ -232,7 +238,9 @@ async def test_a_vanished_daemon_ends_the_harness_with_its_code(tmp_path: Path) 
             server_scope.cancel()  # the daemon dies: its connection and socket go away
             code, log, took = await _exit_code(harness)
     assert code == EXIT_DAEMON_GONE, log
-    assert took <= 1.0 + BOUND  # reconnect_for, then the usual bound
+    # reconnect_for, counted in fair CPU time (up to STRETCH times it on a loaded host, ADR
+    # 0046), then the usual bound
+    assert took <= STRETCH * 1.0 + BOUND
     assert "unreachable" in log
 
 
@@ -303,6 +311,6 @@ async def test_a_daemon_that_only_refuses_ends_the_harness_instead_of_a_loop(
             code, log, took = await _exit_code(harness)
         nursery.cancel_scope.cancel()
     assert code == EXIT_DAEMON_GONE, log
-    assert took <= 1.0 + BOUND
+    assert took <= STRETCH * 1.0 + BOUND  # as above: a loaded host stretches the budget
     assert "has not welcomed this harness for 1.0s" in log
     assert len(refusals) >= 3  # it did retry, with backoff, before giving up

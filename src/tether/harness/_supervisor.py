@@ -64,6 +64,9 @@ class Cause:
     code: int
     text: str
     reason: str | None = None
+    turn: str | None = None
+    """The reason for the cut turn's seal where it differs from the calls' (a signal cuts a
+    turn "mid-turn" whether or not a call was open)."""
 
 
 @attrs.define(eq=False)
@@ -134,7 +137,7 @@ class Supervisor:
         with trio.CancelScope(shield=True), trio.move_on_after(settings.grace):
             ctx.turns.waiting()
             if cause.reason is not None:
-                await _logged(inbox.seal(cause.reason))
+                await _logged(inbox.seal(cause.turn or cause.reason))
             await ctx.record_streams()
         return cause
 
@@ -210,6 +213,7 @@ class Supervisor:
                 128 + event.signo,
                 event.describe(),
                 f"worker shut down mid-call ({event.name} from {who})",
+                f"worker shut down mid-turn ({event.name} from {who})",
             )
         )
 
