@@ -34,11 +34,11 @@ def directory(agentd_dir: Path) -> Path:
 
 
 @asynccontextmanager
-async def running(directory: Path, fake: FakeModel) -> AsyncIterator[Agentd]:
+async def running(directory: Path, fake: FakeModel, *extra: str) -> AsyncIterator[Agentd]:
     async with trio.open_nursery() as nursery:
         await nursery.start(fake.serve)
         argv = [sys.executable, "-m", "tether.harness.openai", "--base-url", fake.url,
-                "--model", "fake", "--system", "you are a test"]  # fmt: skip
+                "--model", "fake", "--system", "you are a test", *extra]  # fmt: skip
         async with SqliteEpochStore(directory / "epochs.sqlite3") as store:
             agentd = Agentd(store, directory / "agentd.sock", argv, heartbeat=HEARTBEAT,
                             grace=0.3, start_timeout=15.0, stall_after=STALL)  # fmt: skip
@@ -166,3 +166,19 @@ async def test_a_failed_request_is_a_recorded_error_and_the_harness_lives_on(
 def errors(directory: Path, session: str) -> list[Event]:
     return [e for e in entries(directory, session)
             if isinstance(e, Event) and e.kind == "model_error"]  # fmt: skip
+
+
+async def test_stream_timeout_bounds_a_stalled_stream(directory: Path) -> None:
+    """Issue 41, row 5: ``--stream-timeout`` (the harness had no flag: 600 s) ends a request
+    whose server went silent mid-stream; the failure is recorded and the harness lives on."""
+    fake = FakeModel([[("text", "thinking..."), ("stall",)]])
+    session = unique_session()
+    async with running(directory, fake, "--stream-timeout", "1") as agentd:
+        first = await agentd.deliver(session, "one")
+        await wait_until(lambda: bool(errors(directory, session)), timeout=60)
+        fake.add(("text", "after the stall"))
+        second = await agentd.deliver(session, "two")
+        await wait_until(lambda: "after the stall" in said(directory, session), timeout=30)
+    (error,) = errors(directory, session)
+    assert error.data["failure"] == "timeout"
+    assert second.pid == first.pid

@@ -33,6 +33,9 @@ def parser() -> argparse.ArgumentParser:
                      help="model requests per prompt at most (default 20)")  # fmt: skip
     top.add_argument("--tool-timeout", type=float, default=600.0, metavar="SECONDS",
                      help="seconds a shell call may run (default 600)")  # fmt: skip
+    top.add_argument("--stream-timeout", type=float, default=600.0, metavar="SECONDS",
+                     help="seconds without a byte from the server before its request fails"
+                     " (default 600); agentd's stall announcement comes first")  # fmt: skip
     return top
 
 
@@ -53,7 +56,8 @@ def main(argv: Sequence[str]) -> int:
     from .._runtime import run_harness
 
     settings = ModelSettings(args.base_url, args.model, api_key, args.system,
-                             max(1, args.max_turns), args.tool_timeout)  # fmt: skip
+                             max(1, args.max_turns), args.tool_timeout,
+                             args.stream_timeout)  # fmt: skip
     return run_harness(OpenAIEngine(settings))
 
 
