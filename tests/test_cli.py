@@ -144,3 +144,16 @@ async def test_transcript_show_json_and_tail_follow_a_live_one(tmp_path: Path) -
         shown = _tether("transcript", "show", "--json", str(path))
     assert shown.returncode == 0
     assert [e["id"] for e in json.loads(shown.stdout)] == [first.id, result.id]
+
+
+async def test_transcript_show_keeps_an_event_s_short_fields_whole(tmp_path: Path) -> None:
+    """Issue 41, row 3: a model_error's kind and status were cut off behind its detail."""
+    path = tmp_path / "s.jsonl"
+    async with await Transcript.open(path) as tr:
+        detail = "the server said: " + "x" * 200
+        await tr.event("model_error", {"prompt_id": "p1", "detail": detail, "failure": "http",
+                                       "status": 429})  # fmt: skip
+    shown = _tether("transcript", "show", str(path))
+    (line,) = [line for line in shown.stdout.splitlines() if "model_error" in line]
+    assert "prompt_id=p1 failure=http status=429 detail=the server said: xxx" in line
+    assert line.endswith("…")

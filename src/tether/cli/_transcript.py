@@ -42,7 +42,17 @@ def _line(entry: Entry, answered: set[str] | None) -> str:
     if isinstance(entry, Message):
         return f"{head}{entry.role:<7} {_brief(entry.content)}"
     assert isinstance(entry, Event)
-    return f"{head}event   {entry.kind} {_brief(entry.data)}"
+    return f"{head}event   {entry.kind} {_fields(entry.data)}"
+
+
+def _fields(data: Any) -> str:
+    """An event's data as ``key=value`` pairs, the short ones first and whole (a failure's
+    kind and status were cut off behind a long detail), each long one briefed."""
+    if not isinstance(data, dict):
+        return _brief(data)
+    pairs = [(str(k), v if isinstance(v, str) else json.dumps(v)) for k, v in data.items()]
+    pairs.sort(key=lambda pair: len(pair[1]) > 40)  # stable: short ones keep their order
+    return " ".join(f"{k}={_brief(v)}" for k, v in pairs)
 
 
 def _record(entry: Entry) -> dict[str, Any]:
