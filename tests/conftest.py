@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from etcd_cluster import Cluster, require
+from helpers import descendants, settle_orphans
 from tether.process._proc import become_subreaper
 
 RESET = (
@@ -163,6 +164,15 @@ def no_process_left_behind(foreign_agents_survive: None) -> Iterator[None]:
     psutil.wait_procs([*zombies, *alive], timeout=5.0)
     if described:
         pytest.fail("processes left behind by the suite:\n" + "\n".join(described))
+
+
+@pytest.fixture
+def orphans_settled(no_process_leaks: None) -> Iterator[None]:
+    """A harness SIGKILLed by a test orphans its keeper here, which exits a moment later:
+    reaped (not killed) before the leak guard looks, so only what stays alive is a leak."""
+    before = descendants()
+    yield
+    settle_orphans(before)
 
 
 @pytest.fixture(autouse=True)

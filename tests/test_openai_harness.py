@@ -113,7 +113,7 @@ async def test_a_silent_stream_is_stalled_with_a_fresh_heartbeat_and_a_slow_one_
 
 
 async def test_a_sigkill_mid_tool_call_resumes_with_the_interrupted_result(
-    directory: Path,
+    directory: Path, orphans_settled: None
 ) -> None:
     fake = FakeModel([[("call", "sleep 600")], [("text", "I see the call was interrupted")]])
     session = unique_session()
@@ -182,3 +182,34 @@ async def test_stream_timeout_bounds_a_stalled_stream(directory: Path) -> None:
     (error,) = errors(directory, session)
     assert error.data["failure"] == "timeout"
     assert second.pid == first.pid
+    (partial,) = partials(directory, session)  # issue 41, row 2: what arrived is kept
+    assert partial.data["text"] == "thinking..."
+    assert partial.data["prompt_id"] == first.prompt_id
+    assert partial.data["chars"] == len("thinking...")
+    assert "thinking..." not in said(directory, session)  # not replayed as the model's answer
+
+
+def partials(directory: Path, session: str) -> list[Event]:
+    return [e for e in entries(directory, session)
+            if isinstance(e, Event) and e.kind == "partial_reply"]  # fmt: skip
+
+
+async def test_a_stream_cut_by_sigterm_keeps_the_text_that_arrived(directory: Path) -> None:
+    """Issue 41, row 2: none of a cut stream's text was recorded. SIGTERM mid-stream: the
+    text is kept in a partial_reply before the turn's seal, which says mid-turn."""
+    fake = FakeModel([[("text", "half an "), ("text", "answer"), ("stall",)]])
+    session = unique_session()
+    async with running(directory, fake) as agentd:
+        first = await agentd.deliver(session, "think")
+        # Stalled: STALL seconds of silence since its last chunk, so the text has arrived.
+        await wait_until(lambda: row(agentd, session).state == "stalled", timeout=STALL + 30)
+        os.kill(first.pid, signal.SIGTERM)
+        await wait_until(lambda: row(agentd, session).pid != first.pid, timeout=30)
+    kinds = [e.kind for e in entries(directory, session) if isinstance(e, Event)]
+    assert kinds.index("partial_reply") < kinds.index("turn_aborted")
+    (partial,) = partials(directory, session)
+    assert (partial.data["text"], partial.data["chars"]) == ("half an answer", 14)
+    assert partial.data["chunks"] >= 2
+    (sealed,) = [e for e in entries(directory, session)
+                 if isinstance(e, Event) and e.kind == "turn_aborted"]  # fmt: skip
+    assert "mid-turn (SIGTERM" in sealed.data["reason"]

@@ -6,21 +6,8 @@ harness is SIGKILLed, SIGTERMed and SIGSTOPped; ``make torture`` runs more seeds
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
-import pytest
-
-from helpers import descendants, settle_orphans
 from torture import model
-
-
-@pytest.fixture
-def orphans_settled(no_process_leaks: None) -> Iterator[None]:
-    """A harness killed as its daemon stops orphans its keeper here, which exits a moment
-    later: reaped (not killed) before the leak guard looks."""
-    before = descendants()
-    yield
-    settle_orphans(before)
 
 
 async def test_a_slice_of_the_model_campaign_finds_no_violation(orphans_settled: None) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 import httpx
+import trio
 
 from ...channels import Receiver
 from ...wire import Prompt
@@ -28,6 +29,10 @@ from ._stream import ModelError, Reply, complete
 logger = logging.getLogger("tether.harness.openai")
 
 MODEL_ERROR = "model_error"
+PARTIAL_REPLY = "partial_reply"
+"""The event that keeps the text a cut stream had sent, and how much arrived."""
+PARTIAL_WITHIN = 1.0
+"""Seconds a stopping turn may take to record its partial reply (within the harness's grace)."""
 """The transcript event recording a failed model request."""
 RESUME = "resume"
 """The meta key of the prompt an engine requeues to resume a turn its predecessor's death cut."""
@@ -103,13 +108,19 @@ class OpenAIEngine:
                 "model": self.settings.model, "stream": True, "tools": [SHELL_TOOL],
                 "messages": messages(ctx.transcript.entries, self.settings.system),
             }  # fmt: skip
+            reply = Reply()
             try:
-                reply = await complete(client, self.url, payload, self.headers, clock)
+                await complete(client, self.url, payload, self.headers, clock, reply)
             except ModelError as exc:
                 clock.mark("error")
                 logger.warning("prompt %s: the model request failed: %s", prompt.id, exc)
+                await _keep_partial(ctx, prompt, reply, str(exc))
                 await ctx.transcript.event(MODEL_ERROR, {"prompt_id": prompt.id, **exc.record()})
                 return
+            except trio.Cancelled:  # the harness is stopping (a signal, Superseded, stop)
+                with trio.CancelScope(shield=True), trio.move_on_after(PARTIAL_WITHIN):
+                    await _keep_partial(ctx, prompt, reply, "the turn was cut mid-stream")
+                raise
             clock.mark("completed")
             await ctx.transcript.append_message("assistant", reply.content)
             if not reply.calls:
@@ -137,6 +148,17 @@ class OpenAIEngine:
 
         with contextlib.suppress(ValueError):  # recorded as the call's error result
             await ctx.tool(call.name or "(no name)", {"arguments": call.arguments}, refuse)
+
+
+async def _keep_partial(ctx: HarnessContext, prompt: Prompt, reply: Reply, why: str) -> None:
+    """Record what a cut stream had said (``partial_reply``: an event, so the conversation
+    never replays it as the model's answer), with how much arrived; nothing if nothing did."""
+    if not reply.chunks:
+        return
+    await ctx.transcript.event(PARTIAL_REPLY, {
+        "prompt_id": prompt.id, "why": why, "chunks": reply.chunks,
+        "chars": len(reply.content), "calls": len(reply.calls), "text": reply.content,
+    })  # fmt: skip
 
 
 def _command(name: str, arguments: str) -> str | list[str]:

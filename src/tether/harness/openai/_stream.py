@@ -144,13 +144,15 @@ async def complete(
     payload: dict[str, Any],
     headers: dict[str, str],
     clock: StreamClock,
+    reply: Reply | None = None,
 ) -> Reply:
-    """POST ``payload`` to ``url`` with ``"stream": true`` and add up the reply.
+    """POST ``payload`` to ``url`` with ``"stream": true`` and add up the reply (into
+    ``reply`` if given, so a caller still has what arrived when the stream is cut).
 
     Raises:
         ModelError: the request or the stream failed (``failure`` says how).
     """
-    reply = Reply()
+    reply = Reply() if reply is None else reply
     try:
         async with client.stream("POST", url, json=payload, headers=headers) as response:
             if response.status_code >= 400:
