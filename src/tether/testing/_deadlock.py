@@ -10,13 +10,19 @@ it hands the run a check through ``run_sync_soon``, unless the wake-up would dis
 tasks whose await frames have not moved for a whole cushion are handed to ``analyse``
 (``_verdict``), which decides by reachability which of them nothing could ever wake, even while
 other tasks run, sleep or wait on sockets. No instrument is installed, so the run loop pays
-nothing per turn. The check costs
-at most a twentieth of the time between checks. The hard timeout is the same thread, never a
-trio deadline (a deadline would make every deadlocked run look alive).
+nothing per turn. The check costs at most a twentieth of the time between checks. The hard
+timeout is the same thread, never a trio deadline (a deadline would make every deadlocked run
+look alive).
+
+The detector changes nothing the program does (issue 42): no frame, wait or handle an analysis
+found outlives its verdict (a sender kept alive would hold its channel open), and a deadlock on
+something no task holds is looked at again after a garbage collection, since garbage whose
+finalizer closes a channel or gives a permit back is no deadlock.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -28,9 +34,9 @@ from typing import Any
 import trio
 import trio.testing
 
-from ..inspect._waits import TRIO_DIR, await_chain, classify, frame_of
-from ._report import deadlock_report, timeout_report
-from ._verdict import analyse
+from ..inspect._waits import TRIO_DIR, Wait, await_chain, classify, frame_of
+from ._report import Holders, deadlock_report, timeout_report
+from ._verdict import Verdict, analyse
 from ._watchdog import WATCHDOG
 
 _RUN: Any = sys.modules["trio._core._run"]
@@ -45,6 +51,9 @@ KNOWS_TRIO = (
 """Whether trio is laid out as the detector expects (trio 0.25 to 0.35 at least): where it
 starts a run and where its thread and signal waits live. Without it the plugin turns deadlock
 detection off and says so (the hard timeout still works)."""
+
+_UNHELD = "a holder in no task"
+"""What ``_analysis`` says of a deadlock on something no task holds, before collecting."""
 
 WATCHED: set[int] = set()
 """ids of the trio runners a detector watches now (one detector per run)."""
@@ -209,16 +218,40 @@ class DeadlockDetector:
             return
         self.checks += 1
         try:
-            chains = {t: [obj for obj, _ in await_chain(t)] for t in _all_tasks()}
+            report = self._analysis(now, collected=False)
+            if report is _UNHELD:
+                # What keeps the tasks asleep is held by no task: it may be garbage in a cycle
+                # the collector has not freed yet, whose finalizers would close a channel or
+                # give a permit back. Collect, and fail only if the deadlock outlives that.
+                queued = len(self._queued())
+                gc.collect()
+                if len(self._queued()) > queued:
+                    self.reason = "finalizers queued callbacks: looking again once they ran"
+                    return
+                report = self._analysis(now, collected=True)
+            if report is not None:
+                self._fail(Deadlock(report))
+        finally:
+            self._next_check = now + max(self._step, 20 * (time.monotonic() - now))
+
+    def _analysis(self, now: float, *, collected: bool) -> str | None:
+        """One look at the run: the deadlock's report, ``_UNHELD`` for a deadlock on something
+        no task holds while the garbage collector has not run (``collected``), or ``None``.
+        Nothing it found outlives it: a frame or a handle kept here would keep a channel open."""
+        chains = {t: [obj for obj, _ in await_chain(t)] for t in _all_tasks()}
+        blocked: dict[trio.lowlevel.Task, Wait] = {}
+        try:
             runq = set(getattr(self._runner, "runq", ()))
             settled = self._settle(chains, runq, now)
+            runq.clear()
             if not settled:
                 self.reason = "every task ran within the last cushion"
-                return
+                return None
             signature = frozenset(settled.values())
             if signature == self._cleared and now < self._cleared_until:
-                return
-            blocked = {t: classify(t, [frame_of(o) for o in chains[t]]) for t in settled}
+                return None
+            blocked.update((t, classify(t, [frame_of(o) for o in chains[t]])) for t in settled)
+            settled.clear()
             left = math.inf if self.timeout is None else self.timeout - (now - self._started)
             # A deadline within a cushion of the timeout still counts: this check cannot tell
             # a task that sleeps in a loop from one that slept once, and the timeout fires
@@ -230,14 +263,30 @@ class DeadlockDetector:
             )  # fmt: skip
             self.analyses += 1
             if verdict.stuck:
-                self._fail(Deadlock(deadlock_report(verdict, chains)))
-                return
+                return self._report(verdict, chains, collected)
             self.reason = verdict.reason()
             self._backoff = self._backoff * 2 if signature == self._cleared else self.cushion
             self._backoff = min(self._backoff, 8 * self.cushion)
             self._cleared, self._cleared_until = signature, now + self._backoff
+            return None
         finally:
-            self._next_check = now + max(self._step, 20 * (time.monotonic() - now))
+            chains.clear()
+            blocked.clear()
+
+    @staticmethod
+    def _report(
+        verdict: Verdict, chains: dict[trio.lowlevel.Task, list[Any]], collected: bool
+    ) -> str | None:
+        """The deadlock's report, or ``_UNHELD`` if a holder is in no task and the garbage
+        collector has not run yet."""
+        holders = Holders(chains)
+        try:
+            report = deadlock_report(verdict, chains, holders)
+            return _UNHELD if holders.unheld and not collected else report
+        finally:
+            holders.close()
+            verdict.stuck.clear()
+            verdict.woken.clear()
 
     def _settle(
         self, chains: dict[trio.lowlevel.Task, list[Any]], runq: set[Any], now: float

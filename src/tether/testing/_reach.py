@@ -75,6 +75,14 @@ class Reach:
     def __contains__(self, obj: object) -> bool:
         return id(obj) in self._seen
 
+    def close(self) -> None:
+        """Let go of everything reached, once the verdict is in: the analysis must keep none of
+        the program's objects alive (a sender kept past its last use holds its channel open)."""
+        self._keep.clear()
+        self.handles.clear()
+        self._seen = set()
+        self.scopes = set()
+
     def add_chain(self, chain: Iterable[object]) -> None:
         """A task's await chain (its coroutines): each one's locals and stack."""
         roots = list(chain)
@@ -96,18 +104,25 @@ class Reach:
         names: list[str] = []
         parked: list[object] = []
         frames = sys._current_frames()
-        for thread in threading.enumerate():
-            if thread.ident in skip or thread.ident == threading.get_ident():
-                continue
-            stack = _stack(frames.get(thread.ident or 0))
-            if _idle_cache_worker(thread, stack):
-                continue  # it runs nothing until running code hands it a job
-            roots = [thread, *(value for frame in stack for value in _locals(frame))]
-            if _parked_on_trio(stack):
-                parked.extend(roots)
-                continue
-            names.append(thread.name)
-            self.add(roots)
+        # Our own stack, dropped at once: this frame holding the dict that holds this frame
+        # would be a cycle keeping every analysing frame's locals (the program's objects)
+        # alive until the garbage collector happens to run (issue 42).
+        frames.pop(threading.get_ident(), None)
+        try:
+            for thread in threading.enumerate():
+                if thread.ident in skip or thread.ident == threading.get_ident():
+                    continue
+                stack = _stack(frames.get(thread.ident or 0))
+                if _idle_cache_worker(thread, stack):
+                    continue  # it runs nothing until running code hands it a job
+                roots = [thread, *(value for frame in stack for value in _locals(frame))]
+                if _parked_on_trio(stack):
+                    parked.extend(roots)
+                    continue
+                names.append(thread.name)
+                self.add(roots)
+        finally:
+            frames.clear()
         return names, parked
 
     def add(self, roots: Iterable[object]) -> None:

@@ -45,6 +45,18 @@ class Holders:
         self._base = Reach([obj for chain in chains.values() for obj in chain], 400_000)
         self._reach: dict[trio.lowlevel.Task, Reach | None] = {}
         self._of: dict[int, list[str]] = {}
+        self.unheld = False
+        """Whether some object asked about is held by no task: by a global, a thread, or
+        garbage the collector has not freed yet (the detector collects, then looks again)."""
+
+    def close(self) -> None:
+        """Let go of every object the reaches found: the report must not keep the program's
+        objects alive once it is written."""
+        for reach in self._reach.values():
+            if reach is not None:
+                reach.close()
+        self._reach.clear()
+        self._base.close()
 
     def of(self, obj: object) -> list[str]:
         if id(obj) not in self._of:
@@ -71,6 +83,7 @@ class Holders:
     def phrase(self, obj: object) -> str:
         names = self.of(obj)
         if not names:
+            self.unheld = True
             return "no task (a global, a thread or garbage)"
         return ("task " if len(names) == 1 else "tasks ") + named(names)
 
@@ -107,9 +120,11 @@ def grouped(entries: list[tuple[str, list[str]]], shown: int = 40) -> list[str]:
     return out
 
 
-def deadlock_report(verdict: Verdict, chains: dict[trio.lowlevel.Task, list[Any]]) -> str:
-    """The head line and every deadlocked task with what it waits on and who holds that."""
-    holders = Holders(chains)
+def deadlock_report(
+    verdict: Verdict, chains: dict[trio.lowlevel.Task, list[Any]], holders: Holders
+) -> str:
+    """The head line and every deadlocked task with what it waits on and who holds that
+    (``holders`` answers who; the caller closes it)."""
     entries = [
         (task.name, [where(blocked.wait.frame), *_detail(blocked, holders)])
         for task, blocked in verdict.stuck.items()
@@ -188,13 +203,16 @@ def timeout_report(chains: dict[trio.lowlevel.Task, list[Any]]) -> str:
     """Every task's line, and for one on a tether channel, who holds its senders."""
     holders = Holders(chains)
     entries = []
-    for task, chain in chains.items():
-        if not shown(task, chain):
-            continue
-        frames = [frame_of(obj) for obj in chain]
-        wait = classify(task, frames)
-        lines = [where(user_frame(frames))]
-        if wait.kind is WaitKind.TETHER_RECEIVE:
-            lines.extend(_tether(wait.kind, wait.obj, holders))
-        entries.append((task.name, lines))
+    try:
+        for task, chain in chains.items():
+            if not shown(task, chain):
+                continue
+            frames = [frame_of(obj) for obj in chain]
+            wait = classify(task, frames)
+            lines = [where(user_frame(frames))]
+            if wait.kind is WaitKind.TETHER_RECEIVE:
+                lines.extend(_tether(wait.kind, wait.obj, holders))
+            entries.append((task.name, lines))
+    finally:
+        holders.close()
     return "\n".join(grouped(entries)) or "  (no task to show)"

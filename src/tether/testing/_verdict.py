@@ -80,22 +80,39 @@ def analyse(
         if not w.kind.external and t.name not in INTERNAL
     }
     running = [t for t in chains if t not in waits and t.name not in INTERNAL]
-    stop = [obj for chain in chains.values() for obj in chain]
-    reach = Reach(stop, limit)
+    reach = Reach([obj for chain in chains.values() for obj in chain], limit)
     try:
-        for task in running:
-            reach.add_chain(chains[task])
-        threads, parked = reach.add_threads(skip_threads)
-        handlers = _signal_handlers()
-        reach.add(handlers.values())
-        reach.add(extra_roots)
-        alive = [f"task {t.name!r}" for t in running] + [f"thread {n!r}" for n in threads]
-        alive += [f"the handler of {name}" for name in handlers]
-        if extra_roots:
-            alive.append("callbacks queued by threads")
-        woken = _fixpoint(waits, chains, reach, bool(alive), timeout_left, parked)
+        return _decide(waits, running, chains, reach, skip_threads, timeout_left, extra_roots)
     except TooLarge as exc:
         return Verdict({}, {}, (), f"the analysis gave up: {exc}")
+    finally:
+        reach.close()  # what it reached must not outlive the verdict (issue 42)
+        waits.clear()
+        running.clear()
+
+
+def _decide(
+    waits: dict[trio.lowlevel.Task, Blocked],
+    running: list[trio.lowlevel.Task],
+    chains: dict[trio.lowlevel.Task, list[Any]],
+    reach: Reach,
+    skip_threads: set[int],
+    timeout_left: float,
+    extra_roots: list[object],
+) -> Verdict:
+    """``analyse``'s verdict, from the reach of the code that runs (the caller lets go of the
+    reach, so nothing found outlives the verdict)."""
+    for task in running:
+        reach.add_chain(chains[task])
+    threads, parked = reach.add_threads(skip_threads)
+    handlers = _signal_handlers()
+    reach.add(handlers.values())
+    reach.add(extra_roots)
+    alive = [f"task {t.name!r}" for t in running] + [f"thread {n!r}" for n in threads]
+    alive += [f"the handler of {name}" for name in handlers]
+    if extra_roots:
+        alive.append("callbacks queued by threads")
+    woken = _fixpoint(waits, chains, reach, bool(alive), timeout_left, parked)
     stuck = {t: b for t, b in waits.items() if t not in woken}
     if stuck and reach.unfollowed:
         return Verdict({}, woken, tuple(alive), f"running code reaches {reach.unfollowed}")
