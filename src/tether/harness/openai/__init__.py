@@ -5,11 +5,19 @@ through ``ctx.run_tool`` (ADR 0041)."""
 
 from ..._util import reexport
 from ._engine import MODEL_ERROR as MODEL_ERROR
+from ._engine import PARTIAL_REPLY as PARTIAL_REPLY
 from ._engine import ModelSettings as ModelSettings
 from ._engine import OpenAIEngine as OpenAIEngine
 from ._stream import Failure as Failure
 from ._stream import ModelError as ModelError
 
-__all__ = ["MODEL_ERROR", "Failure", "ModelError", "ModelSettings", "OpenAIEngine"]
+__all__ = [
+    "MODEL_ERROR",
+    "PARTIAL_REPLY",
+    "Failure",
+    "ModelError",
+    "ModelSettings",
+    "OpenAIEngine",
+]
 
 reexport(globals())

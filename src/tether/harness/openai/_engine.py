@@ -29,11 +29,11 @@ from ._stream import ModelError, Reply, complete
 logger = logging.getLogger("tether.harness.openai")
 
 MODEL_ERROR = "model_error"
+"""The transcript event recording a failed model request."""
 PARTIAL_REPLY = "partial_reply"
 """The event that keeps the text a cut stream had sent, and how much arrived."""
 PARTIAL_WITHIN = 1.0
 """Seconds a stopping turn may take to record its partial reply (within the harness's grace)."""
-"""The transcript event recording a failed model request."""
 RESUME = "resume"
 """The meta key of the prompt an engine requeues to resume a turn its predecessor's death cut."""
 SHELL_TOOL = {
