@@ -396,9 +396,12 @@ async def run_killing_keeper(group: ChildGroup, tmp_path: Path, code: int) -> Ru
     """Run ``TOOL`` exiting ``code`` in ``group`` and SIGKILL the keeper while it runs."""
     keeper = group.keeper_pid
     assert keeper is not None
+    before = len(group.children)
 
     async def kill_keeper() -> None:
-        await wait_until((tmp_path / "runs").exists)
+        # The tool runs and the keeper has answered its spawn (on a loaded host the tool can
+        # run before the answer arrives: a keeper killed then is a spawn that failed).
+        await wait_until(lambda: (tmp_path / "runs").exists() and len(group.children) > before)
         os.kill(keeper, signal.SIGKILL)
 
     async with trio.open_nursery() as nursery:
