@@ -236,3 +236,49 @@ async def test_prompts_queued_while_the_engine_is_busy_are_recorded_one_turn_at_
         ]
         # A prompt's record ends the turn before it (ADR 0034); the last one ends idle.
         assert kinds == [("user", "A"), ("user", "B"), ("user", "C"), ("turn_done", "C")]
+
+
+async def test_a_resumed_turn_ends_once_after_its_reply(tmp_path: Path) -> None:
+    """Issue 41, row 6: the engine requeues the cut turn's prompt before its first receive;
+    the inbox saw it asking (the receive had not taken the buffered prompt yet) and recorded
+    the cut turn's end before the resumed turn ran, and again after it: two turn_done, the
+    resumed reply between them. trio orders the two tasks at random: twenty tries."""
+    for attempt in range(20):
+        assert await _resume_once(tmp_path / f"t{attempt}.jsonl") == ["answer", "done"], attempt
+
+
+async def _resume_once(path: Path) -> list[str]:
+    """One resumed turn against a fresh transcript: its answers and turn ends, in order."""
+    async with await Transcript.open(path) as transcript:
+        await transcript.append_message("user", "p", prompt_id="P")  # the turn a death cut
+        inbox = Inbox(transcript, open_turn="P")
+        tx, rx = channel(wire.Prompt | wire.Nudge, math.inf, name="commands")
+        rx.observe(inbox)
+        requeue = tx.clone()
+        requeue.try_send(wire.Prompt("P", "p", {"resume": True}))  # as the engine does
+        requeue.close()
+
+        async def engine() -> None:
+            async for command in rx:
+                await transcript.append_message("assistant", f"answer to {command.id}")
+
+        async def pump(sender: Sender[wire.Prompt | wire.Nudge]) -> None:
+            with sender:
+                await inbox.pump(sender)
+
+        def ends() -> list[str]:
+            found = []
+            for e in transcript.entries:
+                if isinstance(e, Event) and e.kind == "turn_done":
+                    found.append("done")
+                elif isinstance(e, Message) and e.role == "assistant":
+                    found.append("answer")
+            return found
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump, tx.move())
+            nursery.start_soon(engine)
+            await wait_until(lambda: "answer" in ends() and ends()[-1] == "done")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+        return ends()

@@ -128,12 +128,26 @@ async def test_a_sigkill_mid_tool_call_resumes_with_the_interrupted_result(
         await wait_until(
             lambda: "I see the call was interrupted" in said(directory, session), timeout=30
         )
+        await wait_until(lambda: turn_done(directory, session), timeout=30)
     resumed = fake.requests[1]["messages"]
     assert [m["role"] for m in resumed] == ["system", "user", "assistant", "tool"]
     assert resumed[3]["content"].startswith("[interrupted: ")
     results = [e for e in entries(directory, session) if isinstance(e, ToolResult)]
     assert [r.status for r in results] == ["interrupted"]
     assert said(directory, session, "user") == ["run the long job"]  # never delivered twice
+    # A reader sees where the resumed turn begins and ends (issue 41, row 6): one end.
+    await_end = [
+        (e.kind, e.data["prompt_id"]) if isinstance(e, Event) else ("assistant", e.content)
+        for e in entries(directory, session)
+        if (isinstance(e, Event) and e.kind.startswith("turn_"))
+        or (isinstance(e, Message) and e.role == "assistant" and e.content)
+    ]
+    assert await_end == [
+        ("turn_aborted", first.prompt_id),
+        ("turn_resumed", first.prompt_id),
+        ("assistant", "I see the call was interrupted"),
+        ("turn_done", first.prompt_id),
+    ]
 
 
 FAILURES = {"http": [("status", 429)], "dropped": [("text", "half"), ("drop",)],
@@ -161,6 +175,10 @@ async def test_a_failed_request_is_a_recorded_error_and_the_harness_lives_on(
             assert error.data["failure"] == failure
             assert error.data["prompt_id"] == first.prompt_id
             assert error.data["status"] == (429 if failure == "http" else 0)
+
+
+def turn_done(directory: Path, session: str) -> bool:
+    return any(isinstance(e, Event) and e.kind == "turn_done" for e in entries(directory, session))
 
 
 def errors(directory: Path, session: str) -> list[Event]:

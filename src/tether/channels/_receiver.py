@@ -92,9 +92,9 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
             chan.admit()
         if buffer:
             value = buffer.popleft()
-            await cancel_shielded_checkpoint()
-            if observer is not None:
+            if observer is not None:  # taken now: no other task may see it still asking
                 observer.took(value)
+            await cancel_shielded_checkpoint()
             return value
         if chan.rx_closed or not (chan.live or chan.reserved):
             raise chan.closed_error()
@@ -181,10 +181,9 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
             observer = self._observer
             if observer is not None:
                 observer.waiting()
-            await cancel_shielded_checkpoint()
-            if observer is not None:
                 for item in batch:
                     observer.took(item)
+            await cancel_shielded_checkpoint()
             return batch
         first = await self.recv()
         if limit == 1:

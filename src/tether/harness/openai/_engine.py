@@ -34,6 +34,9 @@ PARTIAL_REPLY = "partial_reply"
 """The event that keeps the text a cut stream had sent, and how much arrived."""
 PARTIAL_WITHIN = 1.0
 """Seconds a stopping turn may take to record its partial reply (within the harness's grace)."""
+TURN_RESUMED = "turn_resumed"
+"""The event before a resumed turn's first request: what follows answers a prompt whose turn a
+death cut (its ``turn_aborted`` is earlier), up to that prompt's ``turn_done``."""
 RESUME = "resume"
 """The meta key of the prompt an engine requeues to resume a turn its predecessor's death cut."""
 SHELL_TOOL = {
@@ -102,6 +105,7 @@ class OpenAIEngine:
         model stops, ``max_turns`` is reached or a request fails."""
         if prompt.meta.get(RESUME):
             logger.info("resuming the turn of prompt %s", prompt.id)
+            await ctx.transcript.event(TURN_RESUMED, {"prompt_id": prompt.id})
         for _ in range(self.settings.max_turns):
             clock = await ctx.stream(self.settings.model)
             payload = {
