@@ -352,3 +352,33 @@ async def test_a_harness_backing_off_while_its_daemon_was_down_is_given_time_to_
     (adopted,) = [e for e in agentd_events(agentd_dir, "back") if e["kind"] == "adopted"]
     window = float(adopted["detail"].split("waiting ")[1].split("s ")[0])
     assert window >= 2 * RETRY_EVERY, adopted["detail"]
+
+
+async def test_a_harness_adopted_by_its_hello_is_recorded_and_survives_the_next_restart(
+    agentd_dir: Path,
+) -> None:
+    """A daemon SIGKILLed between a spawn and its record left a live harness with no pid in
+    the store: the next daemon adopted it only when it said hello, and never wrote it down,
+    so after one more restart a send that came before its hello spawned epoch 2 over the
+    healthy harness (fresh torture seed 870064276). Adopted by its hello, it is recorded."""
+    harness = ["--", sys.executable, "-c", QUICK_HARNESS]
+    store = agentd_dir / "epochs.sqlite3"
+    async with daemon(agentd_dir, *harness) as first:
+        await tether(agentd_dir, "start", "lost")
+        pid = _session(agentd_dir)["pid"]
+        first.kill()
+        first.wait()
+    with contextlib.closing(sqlite3.connect(store)) as db, db:  # the save the kill cut short
+        db.execute("UPDATE records SET pid = NULL, create_time = NULL WHERE session = 'lost'")
+    async with daemon(agentd_dir, *harness) as second:
+        await wait_until(lambda: _session(agentd_dir).get("state") == "attached", timeout=30)
+        assert _session(agentd_dir)["pid"] == pid
+        second.kill()
+        second.wait()
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        (recorded,) = db.execute("SELECT pid FROM records WHERE session = 'lost'").fetchall()
+    assert recorded == (pid,)
+    async with daemon(agentd_dir, *harness) as third:
+        sent = json.loads(await tether(agentd_dir, "send", "lost", "still you?"))
+        assert (sent["pid"], sent["epoch"]) == (pid, 1), sent
+        assert await stop(third) == 0

@@ -135,6 +135,10 @@ class Connections:
             self.sessions.emit(
                 session, EventKind.ADOPTED, adopted, "it said hello with the current epoch"
             )
+            # Written down, so the next daemon adopts it at its start: with no pid in its
+            # record (a daemon killed between a spawn and its save) a send that came before
+            # its next hello spawned a new epoch over it.
+            await self.harnesses.records.save(session, adopted, SessionState.ATTACHED)
         harness = session.harness
         assert harness is not None
         await harness.drop_link()  # it reconnected before we saw the old connection drop
