@@ -231,3 +231,26 @@ async def test_a_stream_cut_by_sigterm_keeps_the_text_that_arrived(directory: Pa
     (sealed,) = [e for e in entries(directory, session)
                  if isinstance(e, Event) and e.kind == "turn_aborted"]  # fmt: skip
     assert "mid-turn (SIGTERM" in sealed.data["reason"]
+
+
+async def test_prompts_sent_during_a_turn_never_reach_its_model_request(directory: Path) -> None:
+    """Issue 41, row 1, on the real wire: B and C sent while the model answers A; A's request
+    carries A alone, B's carries A's answer and B, and each prompt is answered once."""
+    fake = FakeModel([
+        [("text", "answer "), ("sleep", 1.0), ("text", "A")],
+        [("text", "answer B")],
+        [("text", "answer C")],
+    ])  # fmt: skip
+    session = unique_session()
+    async with running(directory, fake) as agentd:
+        await agentd.deliver(session, "a")  # recorded: A's turn starts
+        await agentd.deliver_later(session, "b")
+        await agentd.deliver_later(session, "c")
+        await wait_until(lambda: "answer C" in said(directory, session), timeout=60)
+    users = [[m["content"] for m in r["messages"] if m["role"] == "user"] for r in fake.requests]
+    # One prompt more per request (B and C, queued together, may be delivered in either order).
+    assert users[0] == ["a"]
+    assert len(users) == 3
+    assert users[1] == users[2][:2]
+    assert (users[1][0], sorted(users[2])) == ("a", ["a", "b", "c"])
+    assert said(directory, session) == ["answer A", "answer B", "answer C"]
