@@ -228,6 +228,7 @@ os._exit(0)
 """
 
 
+@pytest.mark.slow  # a thousand forks: ~10 s on 2 cores, over a minute when loaded
 async def test_row_4_a_harness_leaving_hundreds_of_processes_is_swept_while_ps_answers(
     agentd_dir: Path,
 ) -> None:
@@ -236,7 +237,7 @@ async def test_row_4_a_harness_leaving_hundreds_of_processes_is_swept_while_ps_a
     before = descendants()
     async with daemon(agentd_dir, *harness) as process:
         await tether(agentd_dir, "start", "leaky")
-        await wait_until(left.exists, timeout=60)
+        await wait_until(left.exists, timeout=180)  # 1,000 forks on a loaded host
 
         def sleepers() -> list[psutil.Process]:
             alive = []
@@ -247,7 +248,7 @@ async def test_row_4_a_harness_leaving_hundreds_of_processes_is_swept_while_ps_a
             return alive
 
         slowest = 0.0
-        deadline = trio.current_time() + 2 * 0.2 + 20  # the bound is 2 x grace + 5 s; loaded CI
+        deadline = trio.current_time() + 2 * 0.2 + 60  # the bound is 2 x grace + 5 s; loaded CI
         while sleepers():
             assert trio.current_time() < deadline, f"{len(sleepers())} of 1000 still alive"
             started = time.monotonic()
