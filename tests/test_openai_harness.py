@@ -223,6 +223,14 @@ async def test_a_stream_cut_by_sigterm_keeps_the_text_that_arrived(directory: Pa
         await wait_until(lambda: row(agentd, session).state == "stalled", timeout=STALL + 30)
         os.kill(first.pid, signal.SIGTERM)
         await wait_until(lambda: row(agentd, session).pid != first.pid, timeout=30)
+        await agentd.start_agent(session)  # as the next tether start or send would
+        await wait_until(lambda: len(fake.requests) >= 2, timeout=30)
+    # The resumed model is told what it had said, and that it was cut (issue 41, row 2).
+    cut = {
+        "role": "assistant",
+        "content": "half an answer\n[this reply was cut off: the turn was cut mid-stream]",
+    }
+    assert fake.requests[1]["messages"][1:] == [{"role": "user", "content": "think"}, cut]
     kinds = [e.kind for e in entries(directory, session) if isinstance(e, Event)]
     assert kinds.index("partial_reply") < kinds.index("turn_aborted")
     (partial,) = partials(directory, session)

@@ -1,5 +1,6 @@
 """The conversation the model is sent, rebuilt from the transcript every time: user and
-assistant messages in order, each assistant message followed by its tool calls' results.
+assistant messages in order, each assistant message followed by its tool calls' results, and
+a reply whose stream was cut as the text that arrived, marked cut.
 
 The transcript is the only memory, so a harness that starts after a crash sends the model
 exactly what the one before it would have: a call a death cut short is there with the result
@@ -14,12 +15,14 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ...journal import Entry, Message, ToolCall, ToolResult
+from ...journal import Entry, Event, Message, ToolCall, ToolResult
 
 OUTPUT_CHARS = 16 * 1024
 """Characters of each stream of a tool's output sent back to the model."""
 SHELL = "shell"
 """The one tool the model is given."""
+PARTIAL_REPLY = "partial_reply"
+"""The event that keeps the text a cut stream had sent, and how much arrived."""
 
 
 def messages(entries: Iterable[Entry], system: str | None) -> list[dict[str, Any]]:
@@ -40,6 +43,11 @@ def messages(entries: Iterable[Entry], system: str | None) -> list[dict[str, Any
             group.calls.append(entry)
         elif isinstance(entry, ToolResult) and group is not None:
             group.results[entry.call_id] = entry
+        elif isinstance(entry, Event) and entry.kind == PARTIAL_REPLY and entry.data.get("text"):
+            if group is not None:
+                out += group.messages()
+                group = None
+            out.append({"role": "assistant", "content": cut_reply(entry.data)})
     if group is not None:
         out += group.messages()
     return out
@@ -67,6 +75,12 @@ class _Group:
             for call in self.calls
         ]
         return [message, *results]
+
+
+def cut_reply(data: dict[str, Any]) -> str:
+    """What the model is told it had said before its stream was cut: the text, and that it
+    was cut, and why (never taken for a finished answer)."""
+    return f"{data['text']}\n[this reply was cut off: {data.get('why') or 'the stream ended'}]"
 
 
 def arguments(call: ToolCall) -> dict[str, Any]:
