@@ -240,7 +240,7 @@ async def test_a_vanished_daemon_ends_the_harness_with_its_code(tmp_path: Path) 
     assert code == EXIT_DAEMON_GONE, log
     # reconnect_for, counted in fair CPU time (up to STRETCH times it on a loaded host, ADR
     # 0046), then the usual bound
-    assert took <= STRETCH * 1.0 + BOUND
+    assert took <= STRETCH * 1.0 + BOUND + 5.0
     assert "unreachable" in log
 
 
@@ -311,6 +311,8 @@ async def test_a_daemon_that_only_refuses_ends_the_harness_instead_of_a_loop(
             code, log, took = await _exit_code(harness)
         nursery.cancel_scope.cancel()
     assert code == EXIT_DAEMON_GONE, log
-    assert took <= STRETCH * 1.0 + BOUND  # as above: a loaded host stretches the budget
+    # As above, a loaded host stretches the budget; the harness's own start and exit need
+    # headroom too (8.4 s at load 12).
+    assert took <= STRETCH * 1.0 + BOUND + 5.0
     assert "has not welcomed this harness for 1.0s" in log
     assert len(refusals) >= 3  # it did retry, with backoff, before giving up
