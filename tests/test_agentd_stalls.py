@@ -225,5 +225,8 @@ async def test_a_crash_loop_backs_off_and_a_daemon_restart_keeps_the_backoff(
     spawns = [e["at"] for e in agentd_events(directory, session) if e["kind"] == "respawned"]
     gaps = [b - a for a, b in itertools.pairwise(spawns)]
     # 0.4, 0.8, 1.6 s after restarts 1, 2, 3 (each gap also holds a failed start)
+    # The events are stamped a spawn's setup after the count: one stamped late on a loaded
+    # host (0.16 s at load 12) shortens the gap after it; a backoff reset or lost across the
+    # restart would leave 0.4 s or less.
     for gap, floor in zip(gaps, [0.4, 0.8, 1.6], strict=True):
-        assert gap >= floor - 0.05  # the events are stamped a spawn's setup after the count
+        assert gap >= floor - 0.3

@@ -335,6 +335,7 @@ async def test_grouped_bumps_keep_every_rule_of_a_single_bump(
         await store.aclose()
 
 
+@pytest.mark.slow  # five thousand reads: ~20 s on 2 cores
 async def test_a_backlog_of_calls_does_not_starve_the_host_lease(
     etcd_cluster: Cluster, prefix: str
 ) -> None:
