@@ -125,6 +125,31 @@ async def test_the_conversation_is_rebuilt_from_the_transcript(tmp_path: Path) -
     assert built[6] == {"role": "assistant", "content": "done"}
 
 
+async def test_a_failed_or_cut_request_never_leaves_two_user_messages_in_a_row(
+    tmp_path: Path,
+) -> None:
+    """A strict chat template refuses two user messages in a row (found against fakellm): a
+    prompt whose request failed gets an assistant message saying so, one whose stream was cut
+    gets what arrived, marked cut."""
+    async with await Transcript.open(tmp_path / "s.jsonl") as transcript:
+        await transcript.append_message("user", "a", prompt_id="p1")
+        await transcript.event("model_error", {"prompt_id": "p1", "failure": "http",
+                                               "status": 429, "detail": "slow down"})  # fmt: skip
+        await transcript.append_message("user", "b", prompt_id="p2")
+        await transcript.event("partial_reply", {"prompt_id": "p2", "why": "dropped: gone",
+                                                 "text": "half"})  # fmt: skip
+        await transcript.event("model_error", {"prompt_id": "p2", "failure": "dropped"})
+        await transcript.append_message("user", "c", prompt_id="p3")
+        built = messages(transcript.entries, None)
+    assert built == [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "[no reply: the model request failed (http 429)]"},
+        {"role": "user", "content": "b"},
+        {"role": "assistant", "content": "half\n[this reply was cut off: dropped: gone]"},
+        {"role": "user", "content": "c"},
+    ]
+
+
 def test_a_call_the_engine_cannot_run_is_refused_with_a_reason() -> None:
     assert _command("shell", '{"command": "ls"}') == "ls"
     assert _command("python", "{}") == ["no tool named 'python': the only tool is 'shell'"]

@@ -4,8 +4,8 @@ over httpx: ``pip install 'tether[openai]'``) and runs the ``shell`` calls the m
 through ``ctx.run_tool`` (ADR 0041)."""
 
 from ..._util import reexport
+from ._conversation import MODEL_ERROR as MODEL_ERROR
 from ._conversation import PARTIAL_REPLY as PARTIAL_REPLY
-from ._engine import MODEL_ERROR as MODEL_ERROR
 from ._engine import ModelSettings as ModelSettings
 from ._engine import OpenAIEngine as OpenAIEngine
 from ._stream import Failure as Failure

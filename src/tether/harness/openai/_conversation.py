@@ -23,6 +23,8 @@ SHELL = "shell"
 """The one tool the model is given."""
 PARTIAL_REPLY = "partial_reply"
 """The event that keeps the text a cut stream had sent, and how much arrived."""
+MODEL_ERROR = "model_error"
+"""The transcript event recording a failed model request."""
 
 
 def messages(entries: Iterable[Entry], system: str | None) -> list[dict[str, Any]]:
@@ -48,6 +50,8 @@ def messages(entries: Iterable[Entry], system: str | None) -> list[dict[str, Any
                 out += group.messages()
                 group = None
             out.append({"role": "assistant", "content": cut_reply(entry.data)})
+        elif isinstance(entry, Event) and entry.kind == MODEL_ERROR and _after_user(out, group):
+            out.append({"role": "assistant", "content": no_reply(entry.data)})
     if group is not None:
         out += group.messages()
     return out
@@ -81,6 +85,20 @@ def cut_reply(data: dict[str, Any]) -> str:
     """What the model is told it had said before its stream was cut: the text, and that it
     was cut, and why (never taken for a finished answer)."""
     return f"{data['text']}\n[this reply was cut off: {data.get('why') or 'the stream ended'}]"
+
+
+def _after_user(out: list[dict[str, Any]], group: _Group | None) -> bool:
+    """Whether the conversation so far ends with a user message (a failed request there gets
+    an assistant message: never two user messages in a row)."""
+    return group is None and bool(out) and out[-1]["role"] == "user"
+
+
+def no_reply(data: dict[str, Any]) -> str:
+    """What the model is told of a prompt its request failed on: that it gave no reply, and
+    why (a strict chat template refuses two user messages in a row, and would refuse every
+    later prompt of the session)."""
+    status = f" {data['status']}" if data.get("status") else ""
+    return f"[no reply: the model request failed ({data.get('failure', 'unknown')}{status})]"
 
 
 def arguments(call: ToolCall) -> dict[str, Any]:

@@ -23,13 +23,11 @@ import trio
 from ...channels import Receiver
 from ...wire import Prompt
 from .._context import Command, HarnessContext
-from ._conversation import PARTIAL_REPLY, SHELL, messages
+from ._conversation import MODEL_ERROR, PARTIAL_REPLY, SHELL, messages
 from ._stream import ModelError, Reply, complete
 
 logger = logging.getLogger("tether.harness.openai")
 
-MODEL_ERROR = "model_error"
-"""The transcript event recording a failed model request."""
 PARTIAL_WITHIN = 1.0
 """Seconds a stopping turn may take to record its partial reply (within the harness's grace)."""
 TURN_RESUMED = "turn_resumed"
