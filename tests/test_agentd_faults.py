@@ -31,6 +31,7 @@ from test_agentd import (
     EXAMPLE,
     HEARTBEAT,
     PATIENCE,
+    START_TIMEOUT,
     directory,
     events,
     harness_processes,
@@ -67,7 +68,8 @@ async def raw(socket_path: Path, data: bytes) -> bytes:
     received = b""
     async with stream:
         await stream.send_all(data)
-        with trio.fail_after(10):
+        # A frame that never completes is closed after the daemon's first-message timeout.
+        with trio.fail_after(START_TIMEOUT + 10):
             while chunk := await stream.receive_some(65536):
                 received += chunk
     return received
