@@ -28,26 +28,11 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+from helpers import LEAVER
 from tether.cli._request import request
 
 GRACE = 1.0
-
-# The harness: hello over the wire, N setsid sleepers marked like it, then exit 0.
-LEAVER = r"""
-import json, os, socket, struct, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(os.environ["TETHER_AGENTD"])
-body = json.dumps({"type": "hello", "session": os.environ["TETHER_SESSION"],
-                   "epoch": int(os.environ["TETHER_EPOCH"]), "pid": os.getpid(),
-                   "create_time": 0.0}).encode()
-s.sendall(struct.pack(">I", len(body)) + body)
-for _ in range(int(sys.argv[1])):
-    if os.fork() == 0:
-        os.setsid()
-        os.execvp("sleep", ["sleep", "600"])
-open(sys.argv[2], "w").close()
-os._exit(0)
-"""
 
 
 def marked(session: str) -> list[psutil.Process]:

@@ -74,6 +74,25 @@ def python(code: str, *args: str) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(code), *args]
 
 
+# A harness that says hello, leaves N ``setsid`` sleepers marked with its session (argv[1]),
+# touches argv[2] and exits 0: what a fork loop or a leaky test runner leaves a daemon.
+LEAVER = r"""
+import json, os, socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["TETHER_AGENTD"])
+body = json.dumps({"type": "hello", "session": os.environ["TETHER_SESSION"],
+                   "epoch": int(os.environ["TETHER_EPOCH"]), "pid": os.getpid(),
+                   "create_time": 0.0}).encode()
+s.sendall(struct.pack(">I", len(body)) + body)
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        os.setsid()
+        os.execvp("sleep", ["sleep", "600"])
+open(sys.argv[2], "w").close()
+os._exit(0)
+"""
+
+
 QUICK_HARNESS = """
 from tether import run_harness
 

@@ -22,6 +22,7 @@ import pytest
 import trio
 
 from helpers import (
+    LEAVER,
     QUICK_HARNESS,
     agentd_events,
     descendants,
@@ -208,24 +209,6 @@ async def test_row_3_sends_after_the_transcript_is_deleted_are_all_recorded(
         text = transcript.read_text()
         assert all(f'"content":"{t}"' in text for t in ("first", "second", "third", "fourth"))
         assert await stop(process) == 0
-
-
-# A harness that says hello, leaves N ``setsid`` sleepers marked with its session, and exits.
-LEAVER = r"""
-import json, os, socket, struct, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(os.environ["TETHER_AGENTD"])
-body = json.dumps({"type": "hello", "session": os.environ["TETHER_SESSION"],
-                   "epoch": int(os.environ["TETHER_EPOCH"]), "pid": os.getpid(),
-                   "create_time": 0.0}).encode()
-s.sendall(struct.pack(">I", len(body)) + body)
-for _ in range(int(sys.argv[1])):
-    if os.fork() == 0:
-        os.setsid()
-        os.execvp("sleep", ["sleep", "600"])
-open(sys.argv[2], "w").close()
-os._exit(0)
-"""
 
 
 @pytest.mark.slow  # a thousand forks: ~10 s on 2 cores, over a minute when loaded
