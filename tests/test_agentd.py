@@ -31,6 +31,7 @@ from helpers import (
     gone_since,
     kill_marked,
     marked,
+    new_descendants,
     python,
     unique_session,
     wait_until,
@@ -410,6 +411,7 @@ OPS = st.lists(
     max_examples=20,
     deadline=None,
     suppress_health_check=list(HealthCheck),
+    print_blob=True,  # a failure prints its @reproduce_failure too (issue 43, row 4)
 )
 @given(ops=OPS)
 async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> None:
@@ -429,7 +431,7 @@ async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> 
                 async with contextlib.AsyncExitStack() as daemon:
                     agentd = make_agentd(store, directory)
                     await daemon.enter_async_context(agentd.running())
-                    for op, index in ops:
+                    for step, (op, index) in enumerate(ops):
                         session = sessions[index]
                         if op == "restart":
                             await daemon.aclose()
@@ -442,7 +444,7 @@ async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> 
                                 assert attached.epoch > epochs[session]
                             epochs[session] = attached.epoch
                         elif op == "deliver":
-                            with trio.fail_after(bound):
+                            with trio.move_on_after(bound) as late:
                                 try:  # a short turn: the next deliver waits for it
                                     quick = wire.Prompt(os.urandom(8).hex(), "hi", {"steps": 1})
                                     delivered = await agentd.deliver(session, quick)
@@ -451,6 +453,10 @@ async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> 
                                 else:
                                     assert delivered.epoch >= epochs[session]
                                     epochs[session] = delivered.epoch
+                            assert not late.cancelled_caught, (
+                                f"step {step} ({op} {index}) took over {bound:.0f}s; "
+                                f"events: {events(directory, session)[-6:]}"
+                            )
                         elif op == "kill":
                             for process in harness_processes(session):
                                 process.kill()
@@ -470,7 +476,19 @@ async def test_random_lives_keep_every_invariant(ops: list[tuple[str, int]]) -> 
             # A harness SIGKILLed while its daemon was down leaves orphans (its keeper, which
             # exits only once it has stopped the harness's trees) with the nearest subreaper,
             # this test process: it reaps them, as init would, until none is left.
-            await wait_until(lambda: gone_since(before), timeout=30)
+            with trio.move_on_after(30):  # bounded: what is left after it is named
+                while not gone_since(before):
+                    await trio.sleep(0.05)
+            assert _named(new_descendants(before)) == [], f"left after the ops {ops}"
+
+
+def _named(processes: list[psutil.Process]) -> list[str]:
+    """Each live process's pid and command line (a zombie or one gone meanwhile: none)."""
+    named = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            named.append(f"{process.pid} {' '.join(process.cmdline())}")
+    return named
 
 
 async def test_a_harness_that_cannot_be_executed_is_named(directory: Path) -> None:
