@@ -204,9 +204,12 @@ def jsonl_stays_plain(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def etcd_cluster(
+    tmp_path_factory: pytest.TempPathFactory, no_process_left_behind: None
+) -> Iterator[Cluster]:
     """One three-member etcd cluster on loopback for the whole run (started on first use,
-    stopped by pid at the end); tests keep apart by key prefix."""
+    stopped by pid at the end); tests keep apart by key prefix. It asks for the leak check so
+    that it is stopped before that check looks (pytest 8.0 with xdist tore it down after)."""
     cluster = Cluster(require(), tmp_path_factory.mktemp("etcd"))
     try:
         cluster.start_all()

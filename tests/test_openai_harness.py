@@ -225,6 +225,7 @@ async def test_a_stream_cut_by_sigterm_keeps_the_text_that_arrived(directory: Pa
         await wait_until(lambda: row(agentd, session).pid != first.pid, timeout=30)
         await agentd.start_agent(session)  # as the next tether start or send would
         await wait_until(lambda: len(fake.requests) >= 2, timeout=30)
+        await wait_until(lambda: turn_done(directory, session), timeout=30)  # not cut again
     # The resumed model is told what it had said, and that it was cut (issue 41, row 2).
     cut = {
         "role": "assistant",

@@ -211,16 +211,16 @@ async def test_row_3_sends_after_the_transcript_is_deleted_are_all_recorded(
         assert await stop(process) == 0
 
 
-@pytest.mark.slow  # a thousand forks: ~10 s on 2 cores, over a minute when loaded
+@pytest.mark.slow  # 500 forks: ~6 s on 2 cores, a minute when loaded
 async def test_row_4_a_harness_leaving_hundreds_of_processes_is_swept_while_ps_answers(
     agentd_dir: Path,
 ) -> None:
     left = agentd_dir / "left"
-    harness = ["--", sys.executable, "-c", LEAVER, "1000", str(left)]
+    harness = ["--", sys.executable, "-c", LEAVER, "500", str(left)]
     before = descendants()
     async with daemon(agentd_dir, *harness) as process:
         await tether(agentd_dir, "start", "leaky")
-        await wait_until(left.exists, timeout=180)  # 1,000 forks on a loaded host
+        await wait_until(left.exists, timeout=60)  # 500 forks on a loaded host
 
         def sleepers() -> list[psutil.Process]:
             alive = []
@@ -231,9 +231,10 @@ async def test_row_4_a_harness_leaving_hundreds_of_processes_is_swept_while_ps_a
             return alive
 
         slowest = 0.0
-        deadline = trio.current_time() + 2 * 0.2 + 60  # the bound is 2 x grace + 5 s; loaded CI
+        # The bound is 2 x grace + 5 s; headroom for a loaded host, within the suite's 120 s.
+        deadline = trio.current_time() + 2 * 0.2 + 40
         while sleepers():
-            assert trio.current_time() < deadline, f"{len(sleepers())} of 1000 still alive"
+            assert trio.current_time() < deadline, f"{len(sleepers())} of 500 still alive"
             started = time.monotonic()
             await tether(agentd_dir, "ps")
             slowest = max(slowest, time.monotonic() - started)

@@ -72,8 +72,9 @@ class Watchdog:
                 self.tasks.start(self.judge_it, session, harness, name=f"judge {session.name}")
             elif harness.link is not None and harness.attached:
                 await self.stalls.check(session, harness)
-                if not harness.link.beats and harness.link.ping_nowait() is None:
-                    waiting.append(harness.link)
+                link = harness.link  # read again: the link may have dropped during the check
+                if link is not None and not link.beats and link.ping_nowait() is None:
+                    waiting.append(link)
         for link in waiting:
             # Only a full socket buffer blocks: a harness that stopped reading.
             with trio.move_on_after(self.settings.heartbeat / 4):
