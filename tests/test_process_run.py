@@ -274,7 +274,9 @@ async def test_a_tool_that_keeps_printing_is_never_stalled() -> None:
     assert not result.stalled
     assert result.returncode == 0
     assert result.stdout.split() == [str(i).encode() for i in range(8)]
-    assert result.max_silence < 1.5
+    # About 0.5 s between prints; a starved 2-core host stretched one gap to 1.52 s (3.13's
+    # suite in two workers) while the tool was, rightly, never stalled.
+    assert result.max_silence < 3.0
 
 
 async def test_host_sleep_is_not_silence() -> None:
