@@ -48,7 +48,7 @@ from ._lifecycle import Harnesses
 from ._outcomes import Attached, Delivered, Queued, SessionStatus
 from ._records import Records
 from ._registry import Sessions
-from ._settings import Settings, SettingsView
+from ._settings import EVENT_LOG, Settings, SettingsView
 from ._stalls import Stalls
 from ._starter import Starter
 from ._state import SessionState
@@ -210,7 +210,7 @@ class Agentd(SettingsView):
         make_owned(self.state_dir, "state directory")  # before anything is opened in it
         async with self.store.exclusive():
             self._harnesses.store_id = await self.store.identity()
-            default_log = os.path.join(self.state_dir, "agentd.events.jsonl")
+            default_log = os.path.join(self.state_dir, EVENT_LOG)
             self.events.open(log_path if log_path is not None else default_log)
             if self.reap_orphans:
                 become_subreaper()

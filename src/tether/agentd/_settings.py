@@ -13,6 +13,15 @@ from ._backoff import Backoff
 
 SESSIONS = "sessions"
 """The subdirectory of the state directory that holds one directory per session."""
+EVENT_LOG = "agentd.events.jsonl"
+"""The event log's name in the state directory (unless ``Agentd.running`` is given one)."""
+
+
+def session_dir(state_dir: str, name: str) -> str:
+    """``<state_dir>/sessions/<name>``: a session's directory. Sessions live one level below
+    the store's files and the event log, so no session name can land on one of them (ADR
+    0043)."""
+    return os.path.join(state_dir, SESSIONS, name)
 
 
 @attrs.frozen
@@ -68,10 +77,9 @@ class Settings:
         return max(self.patience, 2 * RETRY_EVERY + self.heartbeat)
 
     def session_dir(self, name: str) -> str:
-        """``<state_dir>/sessions/<name>``: a session's directory (its harness log, transcript
-        and the state its harness keeps). Sessions live one level below the store's files and
-        the event log, so no session name can land on one of them (ADR 0043)."""
-        return os.path.join(self.state_dir, SESSIONS, name)
+        """A session's directory (its harness log, transcript and the state its harness
+        keeps): ``session_dir`` of this daemon's state directory."""
+        return session_dir(self.state_dir, name)
 
     @property
     def exit_bound(self) -> float:

@@ -58,8 +58,7 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         text = action.help or ""
         default = action.default
         if (
-            "default" in text
-            or "%(default)" in text
+            "default" in text  # it names its default itself (or uses %(default)s)
             or default is None
             or default is False
             or default is argparse.SUPPRESS

@@ -16,10 +16,10 @@ from typing import TextIO
 
 import attrs
 
+from ..agentd._settings import EVENT_LOG, session_dir
 from ..wire._control import default_socket
 
 STORE = "epochs.sqlite3"
-EVENTS = "agentd.events.jsonl"
 
 
 @attrs.frozen
@@ -36,8 +36,8 @@ class Paths:
             "socket": self.socket,
             "state_dir": self.state_dir,
             "store": self.store,
-            "events": os.path.join(self.state_dir, EVENTS),
-            "transcript": os.path.join(self.state_dir, "sessions", "SESSION", "SESSION.jsonl"),
+            "events": os.path.join(self.state_dir, EVENT_LOG),
+            "transcript": os.path.join(session_dir(self.state_dir, "SESSION"), "SESSION.jsonl"),
         }
 
 

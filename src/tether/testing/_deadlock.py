@@ -25,7 +25,6 @@ from __future__ import annotations
 import gc
 import math
 import os
-import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -35,11 +34,11 @@ import trio
 import trio.testing
 
 from ..inspect._waits import TRIO_DIR, Wait, await_chain, classify, frame_of
+from ._engage import _RUN
 from ._report import Holders, deadlock_report, timeout_report
 from ._verdict import Verdict, analyse
 from ._watchdog import WATCHDOG
 
-_RUN: Any = sys.modules["trio._core._run"]
 KNOWS_TRIO = (
     hasattr(_RUN, "setup_runner")
     and hasattr(getattr(_RUN, "Runner", None), "close")

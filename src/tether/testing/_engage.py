@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the detector is imported by the first run it watches, not b
 
 Make = Callable[[], "DeadlockDetector"]
 _RUN: Any = sys.modules["trio._core._run"]
+"""trio's run module, where every run starts and ends (the detector reads its runner too)."""
 
 
 @contextlib.contextmanager
