@@ -33,6 +33,8 @@ async def test_events_are_json_lines_and_reach_every_subscriber(tmp_path: Path) 
         "attempt": None,
         "code": None,
         "reason": None,
+        "failure": None,
+        "status": None,
     }
     assert (second["prompt_id"], second["attempt"]) == ("p7", 2)  # fields, not only in text
     for feed in (one, two):

@@ -29,6 +29,7 @@ from tether import Sender, Transcript, channel, wire
 from tether.harness._inbox import Inbox
 from tether.harness._loop import REVISION
 from tether.journal import Event, Message, scan
+from tether.wire import Recorded
 
 ENGINE = """
 import os, sys
@@ -179,7 +180,7 @@ async def test_a_prompt_sent_again_while_its_record_is_on_the_way_is_reported_on
                     pytest.fail("reported before its record was durable")
             finally:
                 synced.set()  # the record is shielded: it must be let finish
-            assert await inbox.reported() == ["p1"]
+            assert await inbox.reported() == [Recorded("p1")]
             await trio.testing.wait_all_tasks_blocked()
             assert taken == ["p1"]
             nursery.cancel_scope.cancel()

@@ -30,6 +30,7 @@ from ..wire import (
     ProtocolError,
     Recorded,
     Superseded,
+    TurnEnded,
     Welcome,
 )
 from ._activity import Activity
@@ -46,11 +47,11 @@ from ._state import SessionState
 
 logger = logging.getLogger("tether.agentd")
 
-REVISION = 5
+REVISION = 6
 """The wire revision this daemon speaks: it reads activity on pongs (2, ADR 0025), wants a
 pong every heartbeat unasked from a harness that can (3, ADR 0028), counts a prompt
-delivered once a harness that can reports it recorded (4, ADR 0034), and asks a harness that
-can for an ``Inspection`` (5, ADR 0040)."""
+delivered once a harness that can reports it recorded (4, ADR 0034), asks a harness that
+can for an ``Inspection`` (5, ADR 0040), and reads each turn's end (6, ADR 0051)."""
 REPLY_TIMEOUT = 5.0
 """Seconds a peer has to read what the daemon sends it (a reply, a refusal) before its
 connection is closed."""
@@ -154,7 +155,7 @@ class Connections:
         self.sessions.emit(session, EventKind.ATTACHED, harness, "" if first else "reconnected")
         try:
             with link.reading:
-                await _read(link, harness)
+                await _read(link, harness, lambda outcome: self._turn_ended(session, outcome))
         finally:
             link.close()
             link.detached.set()
@@ -162,8 +163,20 @@ class Connections:
                 session.become(SessionState.DISCONNECTED)
                 self.sessions.emit(session, EventKind.DETACHED, harness)
 
+    def _turn_ended(self, session: Session, outcome: TurnEnded) -> None:
+        """A harness reports a turn's end: kept for ps and waiters; a failure this daemon
+        had not heard of is an event (one reported ``again`` only updates ps: it is old)."""
+        if session.turns.ended(outcome) and outcome.failed and not outcome.again:
+            status = f" {outcome.status}" if outcome.status else ""
+            self.sessions.emit(
+                session, EventKind.TURN_FAILED, session.harness,
+                f"prompt {outcome.prompt_id}: {outcome.failure}{status}: {outcome.detail}",
+                prompt_id=outcome.prompt_id, reason=outcome.detail, failure=outcome.failure,
+                status=outcome.status or None,
+            )  # fmt: skip
 
-async def _read(link: Link, harness: Harness) -> None:
+
+async def _read(link: Link, harness: Harness, turn_ended: Callable[[TurnEnded], None]) -> None:
     async for message in link.connection:
         if isinstance(message, Pong):
             link.pong(message.seq)
@@ -171,6 +184,8 @@ async def _read(link: Link, harness: Harness) -> None:
                 harness.activity = Activity.from_pong(message, link.last_pong)
         elif isinstance(message, Recorded):
             link.recorded(message.prompt_id)
+        elif isinstance(message, TurnEnded):
+            turn_ended(message)
         elif isinstance(message, Inspection):
             link.inspected(message.seq, message.snapshot)
         elif isinstance(message, Bye):

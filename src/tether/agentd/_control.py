@@ -13,7 +13,17 @@ import attrs
 from ..channels import Receiver
 from ..epochs import OwnedElsewhere, StoreUnavailable
 from ..process import SpawnError
-from ..wire import Connection, Control, Error, Message, Prompt, ProtocolError, Reply, encode
+from ..wire import (
+    Connection,
+    Control,
+    Error,
+    Message,
+    Prompt,
+    ProtocolError,
+    Reply,
+    TurnEnded,
+    encode,
+)
 from ..wire._control import ControlOp
 from ._connections import send_within
 from ._events import AgentEvent, EventLog
@@ -32,6 +42,7 @@ from ._outcomes import (
 )
 from ._registry import valid_name
 from ._state import SessionState
+from ._turns import TurnUnknown
 
 
 class NoSuchSession(AgentdError):
@@ -44,6 +55,7 @@ EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_TEMPFAIL, EX_CONFIG = 65, 66, 69, 75,
 _CODES: tuple[tuple[type[BaseException], int], ...] = (
     (NoSuchSession, EX_UNAVAILABLE),
     (Uninspectable, EX_UNAVAILABLE),
+    (TurnUnknown, EX_UNAVAILABLE),
     (UnsafeFeed, EX_NOINPUT),
     (SessionFailed, EX_UNAVAILABLE),
     (PromptTooLarge, EX_DATAERR),
@@ -81,6 +93,8 @@ class Operations(Protocol):
     async def deliver(self, session_name: str, prompt: str | Prompt) -> Delivered: ...
 
     async def deliver_later(self, session_name: str, prompt: str | Prompt) -> Queued: ...
+
+    async def turn(self, session_name: str, prompt_id: str) -> TurnEnded: ...
 
     async def stop_agent(self, session_name: str) -> None: ...
 
@@ -138,7 +152,11 @@ class ControlHandler:
             prompt = _prompt(request)
             if not request.wait:
                 return attrs.asdict(await ops.deliver_later(request.session, prompt))
-            return attrs.asdict(await ops.deliver(request.session, prompt))
+            delivered = await ops.deliver(request.session, prompt)
+            if not request.wait_reply:
+                return attrs.asdict(delivered)
+            turn = await ops.turn(request.session, delivered.prompt_id)
+            return {**attrs.asdict(delivered), "turn": attrs.asdict(turn)}
         if op is ControlOp.INSPECT:
             return await ops.inspect(request.session)
         if op is ControlOp.STOP:

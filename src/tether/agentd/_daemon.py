@@ -29,7 +29,7 @@ from .._private import make_owned
 from ..channels import Receiver
 from ..epochs import EpochStore, OwnedElsewhere, StoreUnavailable
 from ..process import become_subreaper, reap_orphans
-from ..wire import Prompt, serve
+from ..wire import Prompt, TurnEnded, serve
 from ._activity import StallPolicy
 from ._adoption import adopt_all
 from ._awake import AwakeClock
@@ -52,6 +52,7 @@ from ._settings import EVENT_LOG, Settings, SettingsView
 from ._stalls import Stalls
 from ._starter import Starter
 from ._state import SessionState
+from ._turns import wait_turn
 from ._watchdog import Watchdog
 
 logger = logging.getLogger("tether.agentd")
@@ -289,12 +290,10 @@ class Agentd(SettingsView):
         replacing it through ``start_agent``, until a harness records it in the transcript as
         its engine takes it; at most ``delivery_attempts`` harnesses may end first.
 
-        A prompt counts as delivered once it is recorded (a harness older than wire revision 4
-        can only say its connection loop read it: ``Delivered.recorded`` is then ``False``).
-        A harness that ends first gets the same ``id`` sent to its successor, which does not
-        give an id its transcript holds to its engine again: at the engine, exactly once (ADR
-        0034). No deadline of its own while the harness is healthy: a busy engine is waited
-        for.
+        Delivered means recorded (``Delivered.recorded`` is ``False`` for a harness older
+        than wire revision 4: its loop read it). A successor gets the same ``id`` and never
+        gives an id its transcript holds to its engine again: at the engine, exactly once
+        (ADR 0034). No deadline while the harness is healthy: a busy engine is waited for.
 
         Raises:
             PromptTooLarge: its frame would exceed ``tether.wire.MAX_FRAME``; it was not
@@ -304,6 +303,15 @@ class Agentd(SettingsView):
             DeliveryFailed: naming every attempt and why it failed.
         """
         return await self._outbox.deliver(session_name, prompt)
+
+    async def turn(self, session_name: str, prompt_id: str) -> TurnEnded:
+        """How the delivered prompt ``prompt_id``'s turn ended, once it has (ADR 0051).
+
+        Raises:
+            TurnUnknown: its harness predates wire revision 6 (one that exits first, or a
+                stop or a failure, is a failed turn: ``exited``, ``stopped``, ``failed``).
+        """
+        return await wait_turn(self._sessions.get(session_name), prompt_id)
 
     async def deliver_later(self, session_name: str, prompt: str | Prompt) -> Queued:
         """Queue ``prompt`` durably and deliver it as ``deliver`` does, without waiting: its
@@ -344,12 +352,7 @@ class Agentd(SettingsView):
         """
         session = self._sessions.get(session_name)
         async with session.lock:
-            session.history.clear()
-            session.streak = 0
-            session.next_attempt = None
-            session.reason = None
-            failed = session.state is SessionState.FAILED
-            state = SessionState.STOPPED if failed else session.state
+            state = session.forget_failures()
             await self._records.save(session, None, state, keep_pid=False, quiet=False)
             session.become(state)
             self._sessions.emit(session, EventKind.RESET)

@@ -70,6 +70,9 @@ class EventKind(enum.StrEnum):
     """Its engine's turn or tool has not advanced past its threshold (once per episode)."""
     RECOVERED = "recovered"
     """A stalled turn or tool advanced again."""
+    TURN_FAILED = "turn_failed"
+    """A turn ended failed: its model request failed, the engine said so, or a death cut it
+    and no harness resumed it (``failure``, ``status``, ``reason``: how; ADR 0051)."""
 
 
 @attrs.frozen
@@ -98,6 +101,10 @@ class AgentEvent:
     """A harness's exit code, when this is its exit and it was ours to reap."""
     reason: str | None = None
     """Why, as a field of its own (also in ``detail``)."""
+    failure: str | None = None
+    """A failed turn's kind of failure (``http_status``, ``connect``, ``cut``...)."""
+    status: int | None = None
+    """A failed turn's status (an HTTP status), when it has one."""
 
     @property
     def time(self) -> str:

@@ -16,6 +16,7 @@ from ..process import Child, ProcessRef
 from ._activity import Activity, Stall
 from ._link import Link
 from ._state import SessionState
+from ._turns import TurnLog
 
 
 @attrs.define(eq=False)
@@ -136,10 +137,20 @@ class Session:
     known: bool = False
     """Whether a harness was ever recorded for it (the next spawn is then a restart)."""
     last_event: str = ""
+    turns: TurnLog = attrs.field(factory=TurnLog)
+    """How its turns ended, as its harnesses reported (wire revision 6)."""
 
     def become(self, state: SessionState) -> None:
         """The one place a session's state changes."""
         self.state = state
+
+    def forget_failures(self) -> SessionState:
+        """Clear its restart history and failure (``reset``); the state it is to be in."""
+        self.history.clear()
+        self.streak = 0
+        self.next_attempt = None
+        self.reason = None
+        return SessionState.STOPPED if self.state is SessionState.FAILED else self.state
 
     def live_harness(self) -> Harness | None:
         """Its harness if that has not exited."""

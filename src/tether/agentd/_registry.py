@@ -75,6 +75,8 @@ class Sessions:
         attempt: int | None = None,
         code: int | None = None,
         reason: str | None = None,
+        failure: str | None = None,
+        status: int | None = None,
     ) -> None:
         """Report one change of ``session`` (with ``harness``'s epoch and pid, if given, and
         the fields a reader should not have to parse out of ``detail``)."""
@@ -88,6 +90,8 @@ class Sessions:
             attempt=attempt,
             code=code,
             reason=reason,
+            failure=failure,
+            status=status,
         )
         said = detail.startswith(f"{kind}:")  # a stall's description names itself
         session.last_event = detail if said else kind if not detail else f"{kind}: {detail}"
@@ -109,6 +113,7 @@ class Sessions:
             activity = harness.activity if harness is not None and live else None
             threshold, source = activity.limit(stall_after) if activity else (None, "")
             due = session.next_attempt
+            turn = session.turns.last
             rows.append(
                 SessionStatus(
                     session=session.name,
@@ -124,6 +129,8 @@ class Sessions:
                     threshold_source=source if activity and activity.busy else "",
                     next_attempt=round(due - wall, 3) if due is not None and due > wall else None,
                     waits=session.waits if state is SessionState.STALLED else "",
+                    last_turn=turn.brief() if turn is not None else "",
+                    turn_detail=turn.detail if turn is not None else "",
                 )
             )
         return rows

@@ -12,6 +12,8 @@ import errno
 import sys
 from typing import NoReturn
 
+EX_TURN_FAILED = 1
+"""``send --wait-reply``: the prompt was delivered, and its turn failed."""
 EX_USAGE = 64
 """A bad command line."""
 EX_DATAERR = 65

@@ -11,7 +11,15 @@ from typing import Any, TextIO
 
 from ..agentd._state import SessionState
 from ..wire._control import ControlOp, default_socket
-from ._errors import EX_PROTOCOL, EX_TEMPFAIL, CliError, Formatter, positive
+from ._errors import (
+    EX_PROTOCOL,
+    EX_TEMPFAIL,
+    EX_TURN_FAILED,
+    EX_UNAVAILABLE,
+    CliError,
+    Formatter,
+    positive,
+)
 from ._ps import table
 from ._request import request
 
@@ -65,9 +73,15 @@ def add_commands(commands: Any) -> None:
         help="give up waiting for the answer after SECONDS (exit 75); a queued prompt is"
         " still delivered",
     )  # fmt: skip
-    send.add_argument(
+    waits = send.add_mutually_exclusive_group()
+    waits.add_argument(
         "--no-wait", dest="wait", action="store_false",
         help="answer once the prompt is queued, not once an engine has recorded it",
+    )  # fmt: skip
+    waits.add_argument(
+        "--wait-reply", action="store_true",
+        help="answer once the prompt's turn has ended, with its reply; exit 1 if the turn"
+        " failed (the model request failed, the engine said so, or a death cut it)",
     )  # fmt: skip
     send.add_argument(
         "--id", dest="prompt_id", default=None, metavar="ID",
@@ -135,6 +149,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             again = f"tether send --id {args.prompt_id} {args.session} ..."
             exc.message += f" (the prompt may still be delivered: `{again}` delivers it once)"
         raise
+    if op is ControlOp.SEND and args.wait_reply:
+        return _turn(result, args, out)
     if op is ControlOp.PS:
         out.write(_ps(result, args))
     elif op is ControlOp.INSPECT:
@@ -148,8 +164,25 @@ def _request(args: argparse.Namespace, text: str) -> dict[str, Any]:
     return request(
         args.socket, args.command, getattr(args, "session", ""), text,
         create=getattr(args, "create", False), wait=getattr(args, "wait", True),
-        prompt_id=getattr(args, "prompt_id", None) or "", timeout=getattr(args, "timeout", None),
+        prompt_id=getattr(args, "prompt_id", None) or "",
+        wait_reply=getattr(args, "wait_reply", False), timeout=getattr(args, "timeout", None),
     )  # fmt: skip
+
+
+def _turn(result: dict[str, Any], args: argparse.Namespace, out: TextIO) -> int:
+    """``send --wait-reply``: the answer as JSON; a failed turn is also one line and exit 1."""
+    out.write(json.dumps(result) + "\n")
+    turn = result.get("turn")
+    if not isinstance(turn, dict):  # a daemon before wire revision 6 answers on delivery
+        raise CliError(EX_UNAVAILABLE, "this agentd does not wait for replies (upgrade it)")
+    if turn.get("failure"):
+        status = f" {turn['status']}" if turn.get("status") else ""
+        raise CliError(
+            EX_TURN_FAILED,
+            f"session {args.session!r}: prompt {args.prompt_id}: the turn failed:"
+            f" {turn['failure']}{status}: {turn.get('detail', '')}",
+        )
+    return 0
 
 
 def _ps(result: dict[str, Any], args: argparse.Namespace) -> str:

@@ -1,5 +1,6 @@
 """The ``tether ps`` table: one row per session, every column but the last free of spaces (so
-``awk '{print $2}'`` is the state), ``-`` where a value is missing. The last column is the
+``awk '{print $2}'`` is the state), ``-`` where a value is missing. ``LAST_TURN`` is ``ok`` or
+the last turn's failure (``http_status:429``) until a turn succeeds. The last column is the
 last event and, for a stalled session, where its engine waits."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 
 HEADER = (
     "SESSION", "STATE", "EPOCH", "PID", "HEARTBEAT", "ACTIVITY", "SILENCE", "THRESHOLD",
-    "RESTARTS", "NEXT", "LAST_EVENT",
+    "RESTARTS", "NEXT", "LAST_TURN", "LAST_EVENT",
 )  # fmt: skip
 
 
@@ -42,6 +43,7 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
         "-" if threshold is None else f"{threshold:g}s" + (f"({source})" if source else ""),
         str(row["restarts"]),
         _seconds(row.get("next_attempt"), 1),
+        row.get("last_turn") or "-",
         "; ".join(part for part in (row["last_event"], row.get("waits")) if part) or "-",
     )
 

@@ -29,6 +29,7 @@ def request(
     create: bool = False,
     wait: bool = True,
     prompt_id: str = "",
+    wait_reply: bool = False,
     timeout: float | None = None,
 ) -> dict[str, Any]:
     """Send one ``Control`` and return the daemon's ``Reply``; wait at most ``timeout`` for it
@@ -40,7 +41,11 @@ def request(
             daemon refused it (its reason and code).
     """
     try:
-        frame = encode(Control(op, session, text, create=create, wait=wait, prompt_id=prompt_id))
+        control = Control(
+            op, session, text, create=create, wait=wait, prompt_id=prompt_id,
+            wait_reply=wait_reply,
+        )  # fmt: skip
+        frame = encode(control)
     except ProtocolError as exc:
         raise CliError(EX_DATAERR, f"the {op} request cannot be sent: {exc.reason}") from None
     with _connect(socket_path) as sock:

@@ -14,6 +14,7 @@ from ..journal import Message, Transcript
 from ..liveness import Ledger, StreamClock, Thresholds
 from ..process import ChildGroup, RunResult
 from ..wire import Nudge, Prompt
+from ._outcome import TURN_FAILED
 from ._tools import Tools
 from ._turns import Turns
 
@@ -124,6 +125,26 @@ class HarnessContext:
             ToolFailed: with ``check=True``, a non-zero code, a timeout or a stall.
         """
         return await self.tools.run(name, argv, **run)
+
+    async def fail_turn(
+        self,
+        prompt_id: str,
+        failure: str,
+        *,
+        status: int = 0,
+        detail: str = "",
+        event: str = TURN_FAILED,
+    ) -> None:
+        """Record that the turn of ``prompt_id`` failed: ``failure`` a word for the kind
+        (``http_status``, ``connect``...), ``status`` its code, ``detail`` a sentence. Once the
+        turn ends, ``tether ps`` shows it, agentd emits ``turn_failed``, and ``tether send
+        --wait-reply`` exits 1 with it (ADR 0051). ``event`` names the transcript event.
+
+        Raises:
+            JournalError: it could not be recorded.
+        """
+        record = {"prompt_id": prompt_id, "failure": failure, "status": status, "detail": detail}
+        await self.transcript.event(event, record)
 
     def progress(self, note: str | None = None) -> None:
         """The Python tool this task runs (inside ``tool``), or else the turn, made

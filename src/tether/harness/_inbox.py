@@ -10,6 +10,9 @@ engine again: delivery over the wire is at least once, at the engine exactly onc
 recorded (or found recorded) is queued for the loop to report to the daemon (``Recorded``).
 When the engine comes back to its channel after a prompt with nothing waiting, the end of that
 turn is recorded too (``turn_done``), so a later harness knows which turn a death cut short.
+Each turn's end (that, or the next prompt's record) is reported with how the turn went
+(``TurnEnded``, from the transcript: ``turn_outcome``), and the last few again on each new
+connection.
 """
 
 from __future__ import annotations
@@ -17,21 +20,24 @@ from __future__ import annotations
 import collections
 import logging
 
+import attrs
 import trio
 
 from ..channels import Sender, SendError
 from ..journal import Event, Message, Transcript
-from ..wire import Prompt
+from ..wire import Prompt, Recorded, TurnEnded
 from ._context import Command
+from ._outcome import TURN_ABORTED, TURN_DONE, turn_outcome
 
 logger = logging.getLogger("tether.harness")
 
-TURN_DONE = "turn_done"
-"""The transcript event that ends the turn of the prompt it names."""
-TURN_ABORTED = "turn_aborted"
-"""The transcript event that seals a turn cut short, with the reason."""
 MAX_UNREPORTED = 10_000
-"""Recorded ids kept for a daemon that is away (a daemon that missed older ones asks again)."""
+"""Reports kept for a daemon that is away (a daemon that missed older ones asks again)."""
+RESENT_TURNS = 8
+"""The last turns' outcomes reported again on each new connection (``TurnEnded.again``)."""
+
+Report = Recorded | TurnEnded
+"""What the loop tells the daemon for the inbox."""
 
 
 class Inbox:
@@ -42,7 +48,8 @@ class Inbox:
         self.transcript = transcript
         self._waiting: collections.deque[Command] = collections.deque()
         self._queued: set[str] = set()
-        self._unreported: collections.deque[str] = collections.deque(maxlen=MAX_UNREPORTED)
+        self._unreported: collections.deque[Report] = collections.deque(maxlen=MAX_UNREPORTED)
+        self._ended: collections.deque[TurnEnded] = collections.deque(maxlen=RESENT_TURNS)
         self._asking = False
         """The engine is back at its channel and has taken nothing since."""
         self._recording: str | None = None
@@ -63,7 +70,7 @@ class Inbox:
             if command.id in self._queued or command.id == self._recording:
                 return  # reported once its record is durable
             if self.transcript.has_prompt(command.id):
-                self._report(command.id)
+                self._report(Recorded(command.id))
                 return
             self._queued.add(command.id)
         self._waiting.append(command)
@@ -82,14 +89,21 @@ class Inbox:
 
     # -- the loop's side --------------------------------------------------------------------
 
-    async def reported(self) -> list[str]:
-        """Wait until some ids are recorded and not yet reported; take them all."""
+    async def reported(self) -> list[Report]:
+        """Wait until some prompts are recorded or turns ended, not yet reported; take them
+        all, in order."""
         while not self._unreported:
             await self._reported.wait()
             self._reported = trio.Event()
-        ids = list(self._unreported)
+        reports = list(self._unreported)
         self._unreported.clear()
-        return ids
+        self._ended.extend(report for report in reports if isinstance(report, TurnEnded))
+        return reports
+
+    def ended(self) -> list[TurnEnded]:
+        """The last turns' outcomes taken for a daemon, marked ``again``: for a new
+        connection's daemon (one still waiting here goes once, unmarked)."""
+        return [attrs.evolve(outcome, again=True) for outcome in self._ended]
 
     async def pump(self, commands: Sender[Command]) -> None:
         """Hand each waiting command to the engine as it asks, recording prompts first;
@@ -127,12 +141,20 @@ class Inbox:
             await self.transcript.append_message("user", prompt.text, prompt_id=prompt.id)
         finally:
             self._recording = None
-        self._open_turn = None  # this prompt's record ends the turn before it
-        self._report(prompt.id)
+        ended, self._open_turn = self._open_turn, None  # this record ends the turn before it
+        if ended is not None:
+            self._turn_ended(ended)
+        self._report(Recorded(prompt.id))
 
     async def _end_turn(self) -> None:
         prompt_id, self._open_turn = self._open_turn, None
-        await self.transcript.event(TURN_DONE, {"prompt_id": prompt_id})
+        if prompt_id is not None:
+            await self.transcript.event(TURN_DONE, {"prompt_id": prompt_id})
+            self._turn_ended(prompt_id)
+
+    def _turn_ended(self, prompt_id: str) -> None:
+        self._unreported.append(turn_outcome(self.transcript.entries, prompt_id))
+        self._reported.set()
 
     async def seal(self, reason: str) -> None:
         """Record that the turn the engine is in (if any) was cut short, and why."""
@@ -140,8 +162,8 @@ class Inbox:
         if prompt_id is not None:
             await seal_turn(self.transcript, prompt_id, reason)
 
-    def _report(self, prompt_id: str) -> None:
-        self._unreported.append(prompt_id)
+    def _report(self, report: Report) -> None:
+        self._unreported.append(report)
         self._reported.set()
 
     def _wake(self) -> None:

@@ -4,8 +4,9 @@ It says ``Hello``; on ``Welcome`` it puts prompts in the engine's ``Inbox`` (who
 of this loop, hands them to the engine), answers every ``Ping``, for a daemon of revision 3 or
 later sends a ``Pong`` every heartbeat unasked (a beat, as a systemd service sends
 ``WATCHDOG=1``), and for one of revision 4 or later reports each prompt recorded
-(``Recorded``), and for one of revision 5 answers ``Inspect`` with a snapshot of the run
-(``tether inspect``): all from this loop, so only a live loop looks alive, and a stuck
+(``Recorded``), for one of revision 5 answers ``Inspect`` with a snapshot of the run
+(``tether inspect``), and for one of revision 6 reports each turn's end (``TurnEnded``): all
+from this loop, so only a live loop looks alive, and a stuck
 engine is still inspected. On ``Superseded`` it
 returns and its sender, the last one, closes the engine's channel. If the daemon goes away it
 reconnects with backoff, and gives up after ``reconnect_for`` seconds without a welcome (a
@@ -40,8 +41,8 @@ from ..wire import (
     Pong,
     Prompt,
     ProtocolError,
-    Recorded,
     Superseded,
+    TurnEnded,
     Welcome,
     connect,
     encode,
@@ -61,7 +62,9 @@ RECORD_REVISION = 4
 """The first wire revision whose daemon waits for ``Recorded`` (ADR 0034)."""
 INSPECT_REVISION = 5
 """The first wire revision whose daemon may ask for an ``Inspection`` (ADR 0040)."""
-REVISION = INSPECT_REVISION
+TURN_REVISION = 6
+"""The first wire revision whose daemon reads ``TurnEnded`` (ADR 0051)."""
+REVISION = TURN_REVISION
 """The wire revision this harness speaks (in its ``Hello``)."""
 MIN_BEAT = 0.01
 """Seconds between beats at the least, whatever heartbeat a daemon asks for."""
@@ -271,8 +274,10 @@ async def _serve(
             if message.revision >= BEAT_REVISION and message.heartbeat > 0:
                 every = max(message.heartbeat, MIN_BEAT)
                 next_beat = _next_beat(every)
-            if min(message.revision, REVISION) >= RECORD_REVISION:
-                nursery.start_soon(_report_recorded, connection, inbox, sending)
+            revision = min(message.revision, REVISION)
+            if revision >= RECORD_REVISION:
+                turns = revision >= TURN_REVISION
+                nursery.start_soon(_report_recorded, connection, inbox, sending, turns)
             logger.info("welcomed by agentd: session %s epoch %d", message.session, message.epoch)
         elif isinstance(message, Superseded):
             logger.warning(
@@ -299,14 +304,20 @@ async def _serve(
             logger.warning("unexpected %s from agentd", type(message).__name__)
 
 
-async def _report_recorded(connection: Connection, inbox: Inbox, sending: trio.Lock) -> None:
-    """Tell the daemon each prompt id recorded, as it is. Ids a broken connection loses are
-    asked for again: the daemon sends those prompts anew, and ``Inbox.put`` reports them."""
+async def _report_recorded(
+    connection: Connection, inbox: Inbox, sending: trio.Lock, turns: bool
+) -> None:
+    """Tell the daemon each prompt id recorded, as it is, and (``turns``: a daemon that reads
+    them) each turn's end, the last few again first. Ids a broken connection loses are asked
+    for again: the daemon sends those prompts anew, and ``Inbox.put`` reports them."""
+    again = inbox.ended() if turns else []
     while True:
-        ids = await inbox.reported()
+        reports = again or await inbox.reported()
+        again = []
         async with sending:
             try:
-                for prompt_id in ids:
-                    await connection.send(Recorded(prompt_id))
+                for report in reports:
+                    if turns or not isinstance(report, TurnEnded):
+                        await connection.send(report)
             except ChannelClosed:
                 return  # the loop's receive sees the same end

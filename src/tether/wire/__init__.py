@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._messages import Recorded as Recorded
     from ._messages import Reply as Reply
     from ._messages import Superseded as Superseded
+    from ._messages import TurnEnded as TurnEnded
     from ._messages import Welcome as Welcome
     from ._unix import ServerBusy as ServerBusy
     from ._unix import UnsafeSocketPath as UnsafeSocketPath
@@ -56,6 +57,7 @@ __all__ = [
     "Reply",
     "ServerBusy",
     "Superseded",
+    "TurnEnded",
     "UnsafeSocketPath",
     "Welcome",
     "connect",
@@ -85,6 +87,7 @@ _WHERE = {
     "Ping": "._messages",
     "Pong": "._messages",
     "Recorded": "._messages",
+    "TurnEnded": "._messages",
     "Prompt": "._messages",
     "Reply": "._messages",
     "Superseded": "._messages",

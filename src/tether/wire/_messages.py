@@ -22,7 +22,7 @@ class Hello:
     """Its start time; with ``pid``, names the process for good."""
     revision: int = 1
     """The harness's wire revision (an older harness omits it): 4 reports ``Recorded``; 5
-    answers ``Inspect``."""
+    answers ``Inspect``; 6 reports each turn's end (``TurnEnded``)."""
 
 
 @attrs.frozen
@@ -39,7 +39,7 @@ class Welcome:
     """The daemon's wire revision (an older daemon omits it): 2 reads activity on pongs; 3
     wants a ``Pong`` with ``seq`` 0 every ``heartbeat`` seconds unasked (a beat), and stops
     pinging a harness once it beats; 4 counts a prompt delivered once it is ``Recorded``; 5
-    may ask for an ``Inspection``."""
+    may ask for an ``Inspection``; 6 reads ``TurnEnded``."""
 
 
 @attrs.frozen
@@ -115,6 +115,37 @@ class Recorded:
 
 
 @attrs.frozen
+class TurnEnded:
+    """Harness to daemon (revision 6): the turn of ``prompt_id`` is over, and how it went, as
+    its transcript says (ADR 0051). Sent again (``again``) on each new connection for the
+    last few turns, so a daemon that was away learns them."""
+
+    prompt_id: str
+    """The prompt whose turn ended."""
+    failure: str = ""
+    """Why it failed (``http_status``, ``connect``, ``cut``, ...; empty: it did not)."""
+    status: int = 0
+    """The failure's status (an HTTP status; 0: none)."""
+    detail: str = ""
+    """The failure in a sentence, as the transcript has it."""
+    reply: str = ""
+    """The turn's last assistant message (cut to ``REPLY_LIMIT`` characters)."""
+    again: bool = False
+    """Reported before, to this daemon or an earlier one."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether the turn failed."""
+        return bool(self.failure)
+
+    def brief(self) -> str:
+        """``ok``, or the failure and its status (``http_status:429``): no spaces, for ps."""
+        if not self.failure:
+            return "ok"
+        return f"{self.failure}:{self.status}" if self.status else self.failure
+
+
+@attrs.frozen
 class Inspect:
     """Daemon to harness (revision 5): answer with a snapshot of your tasks, tools and turn
     (``tether inspect``), from the connection loop itself."""
@@ -175,6 +206,8 @@ class Control:
     """``send``: the prompt's id, chosen by the client, so that sending it again (after a
     timeout, or a daemon that died mid-request) is the same prompt, delivered once (empty:
     the daemon picks one)."""
+    wait_reply: bool = False
+    """``send``: answer once the prompt's turn has ended, with how it went (``turn``)."""
 
 
 @attrs.frozen
@@ -196,6 +229,7 @@ Message = (
     | Ping
     | Pong
     | Recorded
+    | TurnEnded
     | Inspect
     | Inspection
     | Bye
@@ -213,6 +247,7 @@ MESSAGE_TYPES: tuple[type[Any], ...] = (
     Ping,
     Pong,
     Recorded,
+    TurnEnded,
     Inspect,
     Inspection,
     Bye,

@@ -23,6 +23,7 @@ import trio
 from ...channels import Receiver
 from ...wire import Prompt
 from .._context import Command, HarnessContext
+from .._outcome import TURN_RESUMED
 from ._conversation import MODEL_ERROR, PARTIAL_REPLY, SHELL, messages
 from ._stream import ModelError, Reply, complete
 
@@ -30,9 +31,6 @@ logger = logging.getLogger("tether.harness.openai")
 
 PARTIAL_WITHIN = 1.0
 """Seconds a stopping turn may take to record its partial reply (within the harness's grace)."""
-TURN_RESUMED = "turn_resumed"
-"""The event before a resumed turn's first request: what follows answers a prompt whose turn a
-death cut (its ``turn_aborted`` is earlier), up to that prompt's ``turn_done``."""
 RESUME = "resume"
 """The meta key of the prompt an engine requeues to resume a turn its predecessor's death cut."""
 SHELL_TOOL = {
@@ -115,7 +113,7 @@ class OpenAIEngine:
                 clock.mark("error")
                 logger.warning("prompt %s: the model request failed: %s", prompt.id, exc)
                 await _keep_partial(ctx, prompt, reply, str(exc))
-                await ctx.transcript.event(MODEL_ERROR, {"prompt_id": prompt.id, **exc.record()})
+                await ctx.fail_turn(prompt.id, **exc.record(), event=MODEL_ERROR)
                 return
             except trio.Cancelled:  # the harness is stopping (a signal, Superseded, stop)
                 with trio.CancelScope(shield=True), trio.move_on_after(PARTIAL_WITHIN):
@@ -127,11 +125,8 @@ class OpenAIEngine:
                 return
             for index in sorted(reply.calls):
                 await self._call(ctx, reply, index)
-        await ctx.transcript.event(MODEL_ERROR, {
-            "prompt_id": prompt.id, "failure": "max_turns", "status": 0,
-            "detail": f"the model was still calling tools after {self.settings.max_turns}"
-                      " requests",
-        })  # fmt: skip
+        detail = f"the model was still calling tools after {self.settings.max_turns} requests"
+        await ctx.fail_turn(prompt.id, "max_turns", detail=detail, event=MODEL_ERROR)
 
     async def _call(self, ctx: HarnessContext, reply: Reply, index: int) -> None:
         """Run one call of the reply: a ``shell`` call through ``ctx.run_tool``; anything else
