@@ -119,6 +119,13 @@ async def test_a_failed_model_request_shows_in_ps_events_and_send_wait_reply(
             (event,) = [e for e in agentd_events(agentd_dir, session) if e["kind"] == "turn_failed"]
             assert (event["failure"], event["status"]) == ("http", 429)
             assert event["prompt_id"] == answer["prompt_id"]
+            shown = await trio.run_process(
+                [sys.executable, "-m", "tether", "events", "--socket",
+                 str(agentd_dir / "agentd.sock"), "--session", session, "-n", "1"],
+                capture_stdout=True,
+            )  # fmt: skip
+            assert b"turn_failed" in shown.stdout, shown.stdout
+            assert b"failure=http status=429" in shown.stdout, shown.stdout
 
             code, answer, err = await _send(agentd_dir, session, "two")
             assert code == 0, (answer, err)

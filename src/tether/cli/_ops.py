@@ -236,7 +236,7 @@ async def _stream(args: argparse.Namespace, out: TextIO) -> int:
 
 def _event_line(event: dict[str, Any]) -> str:
     parts = [event.get("time", "-"), event["session"], event["kind"]]
-    for key in ("epoch", "pid", "prompt_id", "attempt", "code"):
+    for key in ("epoch", "pid", "prompt_id", "attempt", "code", "failure", "status"):
         if event.get(key) is not None:
             parts.append(f"{key}={event[key]}")
     if event.get("detail"):
