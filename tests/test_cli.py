@@ -146,14 +146,18 @@ async def test_transcript_show_json_and_tail_follow_a_live_one(tmp_path: Path) -
     assert [e["id"] for e in json.loads(shown.stdout)] == [first.id, result.id]
 
 
-async def test_transcript_show_keeps_an_event_s_short_fields_whole(tmp_path: Path) -> None:
-    """Issue 41, row 3: a model_error's kind and status were cut off behind its detail."""
+async def test_transcript_show_keeps_an_event_s_failure_whole(tmp_path: Path) -> None:
+    """Issue 41, row 3: a model_error's kind and status were cut off behind its detail, and
+    the detail at 60 characters; a partial reply's long text is still briefed."""
     path = tmp_path / "s.jsonl"
     async with await Transcript.open(path) as tr:
-        detail = "the server said: " + "x" * 200
+        detail = "the server said: " + "x" * 200 + " (the end)"
         await tr.event("model_error", {"prompt_id": "p1", "detail": detail, "failure": "http",
                                        "status": 429})  # fmt: skip
+        await tr.event("partial_reply", {"prompt_id": "p1", "text": "y" * 500})
     shown = _tether("transcript", "show", str(path))
     (line,) = [line for line in shown.stdout.splitlines() if "model_error" in line]
     assert "prompt_id=p1 failure=http status=429 detail=the server said: xxx" in line
-    assert line.endswith("…")
+    assert line.endswith("x (the end)")
+    (partial,) = [line for line in shown.stdout.splitlines() if "partial_reply" in line]
+    assert partial.endswith("…") and len(partial) < 200

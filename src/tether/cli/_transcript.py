@@ -45,14 +45,20 @@ def _line(entry: Entry, answered: set[str] | None) -> str:
     return f"{head}event   {entry.kind} {_fields(entry.data)}"
 
 
+WHOLE = frozenset({"failure", "status", "detail", "reason", "why"})
+"""Event fields always shown whole: what failed and why (issue 41: a failure's detail was cut
+at 60 characters, and ``--json`` or grep was needed to read it)."""
+
+
 def _fields(data: Any) -> str:
     """An event's data as ``key=value`` pairs, the short ones first and whole (a failure's
-    kind and status were cut off behind a long detail), each long one briefed."""
+    kind and status were cut off behind a long detail); a long one is briefed unless it says
+    what failed and why (``WHOLE``)."""
     if not isinstance(data, dict):
         return _brief(data)
     pairs = [(str(k), v if isinstance(v, str) else json.dumps(v)) for k, v in data.items()]
     pairs.sort(key=lambda pair: len(pair[1]) > 40)  # stable: short ones keep their order
-    return " ".join(f"{k}={_brief(v)}" for k, v in pairs)
+    return " ".join(f"{k}={_brief(v, width=len(v) if k in WHOLE else 60)}" for k, v in pairs)
 
 
 def _record(entry: Entry) -> dict[str, Any]:
