@@ -474,6 +474,44 @@ async def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> N
             await Transcript.open(path)
 
 
+async def test_the_lock_file_goes_with_its_holder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43, row 5: a closed transcript (and ``transcript repair``) left ``<path>.lock``.
+    It is removed as its holder lets go; a stale one (a SIGKILLed holder's) is taken over and
+    removed too; and one its holder removed between our open and our ``flock`` is opened anew,
+    so two writers never hold two files of one name."""
+    path = tmp_path / "t.jsonl"
+    lock_path = tmp_path / "t.jsonl.lock"
+    async with await Transcript.open(path) as transcript:
+        assert lock_path.exists()
+        await transcript.append_message("user", "hello")
+    assert not lock_path.exists()
+    lock_path.write_text("4242\n")  # what a SIGKILLed holder leaves: unlocked
+    async with await Transcript.open(path):
+        assert lock_path.read_text() == f"{os.getpid()}\n"
+    assert not lock_path.exists()
+
+    from tether.journal import _disk
+
+    real_flock, removed = _disk.fcntl.flock, []
+
+    def flock_after_a_holder_let_go(fd: int, operation: int) -> None:
+        if not removed:  # the holder we opened behind removes the file, then we lock it
+            removed.append(True)
+            os.unlink(lock_path)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(_disk.fcntl, "flock", flock_after_a_holder_let_go)
+    async with await Transcript.open(path):
+        opened = os.stat(lock_path)  # the file the path names is the one held
+        with pytest.raises(JournalError, match="being written by pid"):
+            await Transcript.open(path)
+        assert os.stat(lock_path).st_ino == opened.st_ino
+    assert removed
+    assert not lock_path.exists()
+
+
 async def test_a_missing_transcript_without_create_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(JournalError) as caught:
         await Transcript.open(tmp_path / "absent.jsonl", create=False)

@@ -181,32 +181,43 @@ def open_for_append(path: str) -> int:
         raise error(exc, path) from exc
 
 
+LOCK_TRIES = 8
+"""Times ``lock`` opens the lock file anew when its holder removed it meanwhile."""
+
+
 def lock(path: str) -> int:
     """Take ``<path>.lock`` for this process; the lock file's descriptor.
 
-    The lock is an ``flock``, so it dies with its holder; the file holds the holder's pid.
-    On any failure the descriptor is closed, so the lock is never left held.
+    The lock is an ``flock``, so it dies with its holder; the file holds the holder's pid,
+    and ``unlock`` removes it. On any failure the descriptor is closed, so the lock is never
+    left held.
 
     Raises:
         JournalError: another process (or another ``Transcript`` here) holds it, naming the
             pid; or the lock file cannot be created or written (ENOSPC, EROFS...).
     """
     lock_path = f"{path}.lock"
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise error(exc, lock_path) from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _holder(fd)
-        os.close(fd)
-        raise JournalError(
-            errno.EBUSY, f"transcript is being written by pid {holder}", path
-        ) from None
-    except OSError as exc:
-        os.close(fd)
-        raise error(exc, lock_path) from exc
+    for _ in range(LOCK_TRIES):
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise error(exc, lock_path) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise JournalError(
+                errno.EBUSY, f"transcript is being written by pid {holder}", path
+            ) from None
+        except OSError as exc:
+            os.close(fd)
+            raise error(exc, lock_path) from exc
+        if _names(lock_path, fd):
+            break
+        os.close(fd)  # its holder removed it as it let go, after we opened it: open anew
+    else:
+        raise JournalError(errno.EBUSY, "its lock file keeps being replaced", path)
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -214,6 +225,29 @@ def lock(path: str) -> int:
         os.close(fd)
         raise error(exc, lock_path) from exc
     return fd
+
+
+def unlock(path: str, fd: int) -> None:
+    """Let go of ``<path>.lock``: the file is removed while still held (so no lock file is
+    left behind), then closed. One who opened it before and locks it after sees that the path
+    no longer names it, and opens the path anew (``lock``)."""
+    lock_path = f"{path}.lock"
+    try:
+        if _names(lock_path, fd):
+            os.unlink(lock_path)
+    except OSError:
+        pass  # a lock file that cannot be removed is only left behind, as before
+    finally:
+        os.close(fd)
+
+
+def _names(path: str, fd: int) -> bool:
+    """Whether ``path`` still names the file open on ``fd``."""
+    try:
+        named, opened = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def _holder(fd: int) -> str:

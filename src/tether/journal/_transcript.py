@@ -112,7 +112,7 @@ class Transcript(metaclass=NoPublicConstructor):
             sink = await Sink.open(path, tail, worker)
             await worker.run(_relocate.point_keep, path, sink.fd)
         except BaseException:
-            os.close(lock_fd)
+            _disk.unlock(path, lock_fd)
             worker.stop()
             raise
         transcript = cls._create(path, loaded.entries, sink, lock_fd, worker)
@@ -348,7 +348,7 @@ class Transcript(metaclass=NoPublicConstructor):
         if self._sink is not None:
             sink, self._sink = self._sink, None
             await sink.aclose()
-            os.close(self._lock_fd)
+            _disk.unlock(self.path, self._lock_fd)
             self._worker.stop()
 
     async def __aenter__(self) -> Self:
