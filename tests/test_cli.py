@@ -160,4 +160,5 @@ async def test_transcript_show_keeps_an_event_s_failure_whole(tmp_path: Path) ->
     assert "prompt_id=p1 failure=http status=429 detail=the server said: xxx" in line
     assert line.endswith("x (the end)")
     (partial,) = [line for line in shown.stdout.splitlines() if "partial_reply" in line]
-    assert partial.endswith("…") and len(partial) < 200
+    assert partial.endswith("…")
+    assert len(partial) < 200

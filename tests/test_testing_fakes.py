@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import trio
 
 from helpers import kill_marked, unique_session, wait_until
-from tether import ChildGroup
+from tether import ChildGroup, wire
 from tether.harness import EXIT_SUPERSEDED
 from tether.testing import FakeAgentd, agent_script
 
@@ -173,3 +174,29 @@ async def test_a_daemon_asking_for_a_microsecond_heartbeat_gets_at_most_100_beat
     # 20 beats take 0.2 s at 100 a second; half that leaves room for beats read late, and a
     # harness that spun would send them in well under a millisecond.
     assert elapsed >= 0.1, f"20 beats in {elapsed:.3f}s"
+
+
+async def test_fake_agentd_survives_a_harness_that_leaves_abruptly(tmp_path: Path) -> None:
+    """Issue 42, part 3: a harness on its way out made the ping task's send fail, and the
+    error crashed the fake and the user's test with it. Each leaves now, and the next harness
+    is welcomed; so does one the fake drops."""
+    tmp_path.chmod(0o700)
+    async with FakeAgentd.serving(tmp_path / "agentd.sock", heartbeat=0.005) as daemon:
+        for epoch in (1, 2, 3):
+            connection = await wire.connect(daemon.path)
+            await connection.send(wire.Hello(unique_session(), epoch, os.getpid(), 0.0, 3))
+            assert isinstance(await connection.receive(), wire.Welcome)
+            await wait_until(lambda: daemon._connections != {})
+            # Stop reading first, as a harness on its way out does: the next ping fails (EPIPE)
+            # while the fake still reads the connection.
+            connection._stream.socket.shutdown(socket.SHUT_RD)
+            await trio.sleep(0.05)  # ten pings' worth: none may crash the fake
+            await connection.aclose()
+            await wait_until(lambda: daemon._connections == {})
+        connection = await wire.connect(daemon.path)
+        await connection.send(wire.Hello(unique_session(), 4, os.getpid(), 0.0, 3))
+        assert isinstance(await connection.receive(), wire.Welcome)
+        await daemon.drop()
+        await wait_until(lambda: daemon._connections == {})
+        await connection.aclose()
+    assert [hello.epoch for hello in daemon.hellos] == [1, 2, 3, 4]

@@ -7,6 +7,7 @@ Python child agent with the behaviour a process test needs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -31,6 +32,9 @@ from ..wire import (
     Welcome,
     serve,
 )
+
+_GONE = (ChannelClosed, trio.ClosedResourceError, trio.BrokenResourceError)
+"""How a connection fails once its harness has left (or ``drop`` closed it)."""
 
 
 @attrs.define(eq=False)
@@ -89,20 +93,24 @@ class FakeAgentd:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._ping, connection)
-                async for message in connection:
-                    if isinstance(message, Pong):
-                        self.pongs.append(message.seq)
+                with contextlib.suppress(*_GONE):
+                    async for message in connection:
+                        if isinstance(message, Pong):
+                            self.pongs.append(message.seq)
                 nursery.cancel_scope.cancel()
         finally:
             del self._connections[connection]
 
     async def _ping(self, connection: Connection) -> None:
+        """Ping every heartbeat until the harness is gone (a failed send ends it quietly: the
+        harness left, and the reading side sees the same)."""
         seq = 0
-        while True:
-            await trio.sleep(self.heartbeat)
-            if self.pinging:
-                seq += 1
-                await connection.send(Ping(seq))
+        with contextlib.suppress(*_GONE):
+            while True:
+                await trio.sleep(self.heartbeat)
+                if self.pinging:
+                    seq += 1
+                    await connection.send(Ping(seq))
 
     async def send(self, message: Message) -> int:
         """Send ``message`` to every connected harness; to how many."""
