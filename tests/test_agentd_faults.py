@@ -96,6 +96,7 @@ HOSTILE_FRAMES = [
 ]
 
 
+@pytest.mark.slow  # every hostile frame against a live daemon: ~10.5 s on 2 quiet cores
 async def test_row_1_hostile_frames_close_their_connection_only(directory: Path) -> None:
     session = unique_session()
     async with running(directory) as daemon:

@@ -78,6 +78,7 @@ def make_demo() -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # it runs make demo: ~10 s on 2 quiet cores
 def test_the_readme_s_make_lines_run_as_printed(make_demo: str) -> None:
     """``make demo`` as printed passes every guarantee; ``make test`` (what CI runs, so not
     again here) names lint, types and the tests, dry-run."""
@@ -101,6 +102,7 @@ def _shape(line: str) -> str:
     return " ".join(words)
 
 
+@pytest.mark.slow  # it shares the make demo run: ~10 s on 2 quiet cores
 def test_the_readme_s_demo_excerpt_is_what_make_demo_prints(make_demo: str) -> None:
     """Each line of the excerpt is a line ``make demo`` prints (in any order: its sources run
     concurrently); each guarantee row is one of its rows with the same verdict; the total is
