@@ -356,3 +356,30 @@ async def test_output_past_the_spill_size_waits_on_disk_and_comes_back_whole(
     assert (capped.stdout, capped.stderr) == (data[: 1024 * 1024], data[: 1024 * 1024])
     assert capped.dropped == 2 * (len(data) - 1024 * 1024)
     assert os.listdir(tmp_path) == ["source"]
+
+
+def test_a_tool_s_silence_is_reported_from_a_fresh_look_at_its_tree() -> None:
+    """Found loaded: a busy tool was called stalled because its harness, starved, had not
+    looked at the tool's CPU time since before the starvation, and reported the gap as the
+    tool's silence. A reported silence now follows a look taken within ``FRESH`` seconds; a
+    look that fails leaves the silence as it was; a tree that did not change stays silent."""
+    clock = ManualClock()
+    activity = ToolActivity(clock)
+    changes = [True, False]
+    activity.look = lambda: changes.pop(0)
+    clock.advance(2.0)  # the watcher has not looked for 2 s: the harness was starved
+    assert activity.silence() == 2.0
+    assert activity.fresh_silence() == 0.0  # it burned CPU meanwhile: it advanced
+    clock.advance(0.05)
+    assert activity.fresh_silence() == pytest.approx(
+        0.05
+    )  # looked 0.05 s ago: fresh enough, no new look
+    clock.advance(1.0)
+    assert activity.fresh_silence() == pytest.approx(1.05)  # looked again: no change, still silent
+
+    def failing() -> bool:
+        raise OSError(24, "Too many open files")
+
+    activity.look = failing
+    clock.advance(1.0)
+    assert activity.fresh_silence() == pytest.approx(2.05)

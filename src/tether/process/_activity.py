@@ -8,10 +8,14 @@ time since the last advance, so a host's sleep is never counted (``tether._clock
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 
 from .. import _procfs
 from .._clock import Clock, HostClock
+
+FRESH = 0.1
+"""Seconds a look at a tool's tree stays fresh enough to report its silence from."""
 
 
 class ToolActivity:
@@ -33,6 +37,10 @@ class ToolActivity:
         self.tree: Callable[[], set[int]] = set
         """The tool's processes now (its tree and its marked orphans; none for a Python
         tool), for ``tether inspect``: set by the runner of a program tool."""
+        self.look: Callable[[], bool] | None = None
+        """Looks at the tool's tree once: whether it changed since the last look (set by the
+        runner of a program tool; ``None`` for a Python tool, which says when it advances)."""
+        self._looked = self.started
 
     def begin(self) -> None:
         """The tool's process exists from now: its silence starts here (its age still counts
@@ -52,6 +60,23 @@ class ToolActivity:
     def silence(self) -> float:
         """Awake seconds since the last advance."""
         return max(0.0, self.clock.now() - self.last)
+
+    def look_now(self) -> None:
+        """Look at the tool's tree (if it has one) and count a change as an advance."""
+        if self.look is not None:
+            self._looked = self.clock.now()
+            if self.look():
+                self.advance()
+
+    def fresh_silence(self) -> float:
+        """``silence``, after a look at the tree if none was taken in the last ``FRESH``
+        seconds: a harness starved between two of its watcher's looks must not report its
+        own lateness as its tool's silence (a busy tool was called stalled on a loaded host).
+        A look that fails (no descriptor left) only leaves the silence as it was."""
+        if self.look is not None and self.clock.now() - self._looked >= FRESH:
+            with contextlib.suppress(OSError):
+                self.look_now()
+        return self.silence()
 
     def finish(self) -> float:
         """The tool is done: count its last silence too; the largest silence."""

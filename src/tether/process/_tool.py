@@ -122,6 +122,7 @@ class _Run:
         self.timed_out = self.stalled = False
         self.holders: list[PipeHolder] = []
         activity.tree = self._pids
+        activity.look = self.progress.sample
         activity.begin()
 
     def _roots(self) -> set[int]:
@@ -242,8 +243,7 @@ class _Run:
             if self.child.done or trio.current_time() >= deadline:
                 return
             first = False
-            if self.progress.sample():
-                self.activity.advance()
+            self.activity.look_now()
             silence = self.activity.silence()
             if silence < self.threshold:
                 announced = False
