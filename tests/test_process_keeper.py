@@ -26,7 +26,8 @@ from tether.process._proc import Stat
 
 GRACE = 0.2
 BOUND = 2 * GRACE + 1.0
-HEADROOM = 3.0  # a loaded 2-core machine; the bound itself is measured in benchmarks/
+HEADROOM = 8.0  # a loaded 2-core machine (3 s was missed beside two hogs and two workers);
+# the bound itself is measured in benchmarks/
 
 # Every way of escaping, each writing its pid to argv[1]/<name>: a plain child, setsid, a
 # double-forked setsid daemon, nohup, and one that scrubs its environment and leaves its
@@ -284,6 +285,8 @@ async def test_issue_26_keeper_then_owner_killed_leaves_no_survivor(tmp_path: Pa
     )
     try:
         await wait_until(lambda: _written(tmp_path / "owner-ready"), timeout=20)
+        # "ready" follows the daemon's middle fork, not the daemon writing down its pid.
+        await wait_until(lambda: len(escapees(tmp_path)) == len(NAMES), timeout=10)
         tree = escapees(tmp_path)
         # The scrubbed one kept no mark: with its keeper killed it is lost (ADR 0023).
         marked_ones = {name: p for name, p in tree.items() if name != "scrubbed"}
@@ -376,6 +379,7 @@ async def test_issue_26_row_1_an_owner_dying_with_reports_unread_leaves_no_survi
     )
     try:
         await wait_until(lambda: _written(tmp_path / "owner-ready"), timeout=20)
+        await wait_until(lambda: len(escapees(tmp_path)) == len(NAMES), timeout=10)
         tree = escapees(tmp_path)
         keeper = psutil.Process(int((tmp_path / "owner-ready").read_text()))
         assert sorted(alive(tree)) == sorted(NAMES)
