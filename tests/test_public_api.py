@@ -121,6 +121,7 @@ PUBLIC = {
         "SessionStatus",
         "StallPolicy",
         "StartFailed",
+        "TurnUnknown",
         "Unconfirmed",
     },
 }

@@ -14,10 +14,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from helpers import agentd_events, python, unique_session, wait_until
-from tether import Agentd, SqliteEpochStore
+from tether import Agentd, SqliteEpochStore, TurnUnknown
 from tether.cli._ps import table
 from tether.harness._outcome import turn_outcome
 from tether.harness.openai._fake import FakeModel
@@ -132,6 +133,9 @@ async def test_a_failed_model_request_shows_in_ps_events_and_send_wait_reply(
             assert answer["turn"]["reply"] == "all good now"
             assert not answer["turn"]["failure"]
             assert _row(agentd, session).last_turn == "ok"
+            with pytest.raises(TurnUnknown, match="no such session"):
+                await agentd.turn("nosuch", answer["prompt_id"])
+            assert "nosuch" not in [row.session for row in agentd.status()]  # none made
         nursery.cancel_scope.cancel()
     kinds = [e["kind"] for e in agentd_events(agentd_dir, session)]
     assert kinds.count("turn_failed") == 1, kinds

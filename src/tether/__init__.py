@@ -52,6 +52,7 @@ __all__ = [
     "SessionStatus",
     "StallPolicy",
     "StartFailed",
+    "TurnUnknown",
     "QueuedPrompt",
     "ChannelClosed",
     "ChannelEnded",
@@ -123,6 +124,7 @@ _LAYER = {
     "SessionStatus": "agentd",
     "StallPolicy": "agentd",
     "StartFailed": "agentd",
+    "TurnUnknown": "agentd",
     "Unconfirmed": "agentd",
     "ChannelClosed": "channels",
     "ChannelEnded": "channels",
@@ -257,6 +259,7 @@ if TYPE_CHECKING:
     from .agentd import SessionStatus as SessionStatus
     from .agentd import StallPolicy as StallPolicy
     from .agentd import StartFailed as StartFailed
+    from .agentd import TurnUnknown as TurnUnknown
     from .agentd import Unconfirmed as Unconfirmed
     from .channels import BroadcastReceiver as BroadcastReceiver
     from .channels import BroadcastSender as BroadcastSender

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ._outcomes import StartFailed as StartFailed
     from ._outcomes import Unconfirmed as Unconfirmed
     from ._state import SessionState as SessionState
+    from ._turns import TurnUnknown as TurnUnknown
 
 __all__ = [
     "AgentEvent",
@@ -38,6 +39,7 @@ __all__ = [
     "SessionStatus",
     "StallPolicy",
     "StartFailed",
+    "TurnUnknown",
     "Unconfirmed",
 ]
 
@@ -58,6 +60,7 @@ _WHERE = {
     "StartFailed": "._outcomes",
     "Unconfirmed": "._outcomes",
     "SessionState": "._state",
+    "TurnUnknown": "._turns",
 }
 """Where each public name lives: each is imported on first use (``tether._lazy``)."""
 _get, __dir__ = lazy(globals(), _WHERE)

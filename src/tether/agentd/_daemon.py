@@ -308,10 +308,10 @@ class Agentd(SettingsView):
         """How the delivered prompt ``prompt_id``'s turn ended, once it has (ADR 0051).
 
         Raises:
-            TurnUnknown: its harness predates wire revision 6 (one that exits first, or a
-                stop or a failure, is a failed turn: ``exited``, ``stopped``, ``failed``).
+            TurnUnknown: no such session, or its harness predates wire revision 6 (one that
+                exits first, or a stop or failure, is a failed turn: ``exited``...).
         """
-        return await wait_turn(self._sessions.get(session_name), prompt_id)
+        return await wait_turn(self._sessions, session_name, prompt_id)
 
     async def deliver_later(self, session_name: str, prompt: str | Prompt) -> Queued:
         """Queue ``prompt`` durably and deliver it as ``deliver`` does, without waiting: its

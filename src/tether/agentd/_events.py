@@ -102,7 +102,7 @@ class AgentEvent:
     reason: str | None = None
     """Why, as a field of its own (also in ``detail``)."""
     failure: str | None = None
-    """A failed turn's kind of failure (``http_status``, ``connect``, ``cut``...)."""
+    """A failed turn's kind of failure (``http``, ``unreachable``, ``cut``...)."""
     status: int | None = None
     """A failed turn's status (an HTTP status), when it has one."""
 

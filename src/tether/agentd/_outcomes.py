@@ -92,8 +92,8 @@ class SessionStatus:
     """For a ``stalled`` session: where its engine waits, in one line (``tether inspect``
     shows the whole; empty: not known, or a harness that predates it)."""
     last_turn: str = ""
-    """How its last turn ended: ``ok``, or the failure and its status (``http_status:429``,
-    ``connect``, ``cut``), shown until a turn succeeds (empty: none reported)."""
+    """How its last turn ended: ``ok``, or the failure and its status (``http:429``,
+    ``unreachable``, ``cut``), shown until a turn succeeds (empty: none reported)."""
     turn_detail: str = ""
     """That failure in a sentence (empty: none)."""
 

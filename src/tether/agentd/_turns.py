@@ -19,6 +19,7 @@ from ._state import SessionState
 
 if TYPE_CHECKING:
     from ._model import Session
+    from ._registry import Sessions
 
 MAX_KEPT = 1_000
 """Outcomes kept per session, by prompt id (the oldest are dropped first)."""
@@ -63,14 +64,17 @@ class TurnLog:
         await self._changed.wait()
 
 
-async def wait_turn(session: Session, prompt_id: str) -> TurnEnded:
+async def wait_turn(sessions: Sessions, name: str, prompt_id: str) -> TurnEnded:
     """How the turn of ``prompt_id`` (delivered) ended, once it has; if the session's harness
     exits on its own, or the session is stopped or fails, first, a failure saying so (the turn
     is not over: the next harness resumes it or ends it ``cut``).
 
     Raises:
-        TurnUnknown: the session's harness cannot say (it predates wire revision 6).
+        TurnUnknown: no such session, or its harness cannot say (it predates revision 6).
     """
+    session = sessions.find(name)
+    if session is None:
+        raise TurnUnknown(name, "no such session")
     while (outcome := session.turns.find(prompt_id)) is None:
         harness = session.harness
         link = harness.link if harness is not None else None

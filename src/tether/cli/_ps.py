@@ -1,6 +1,6 @@
 """The ``tether ps`` table: one row per session, every column but the last free of spaces (so
 ``awk '{print $2}'`` is the state), ``-`` where a value is missing. ``LAST_TURN`` is ``ok`` or
-the last turn's failure (``http_status:429``) until a turn succeeds. The last column is the
+the last turn's failure (``http:429``) until a turn succeeds. The last column is the
 last event and, for a stalled session, where its engine waits."""
 
 from __future__ import annotations

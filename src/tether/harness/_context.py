@@ -136,7 +136,7 @@ class HarnessContext:
         event: str = TURN_FAILED,
     ) -> None:
         """Record that the turn of ``prompt_id`` failed: ``failure`` a word for the kind
-        (``http_status``, ``connect``...), ``status`` its code, ``detail`` a sentence. Once the
+        (``http``, ``unreachable``...), ``status`` its code, ``detail`` a sentence. Once the
         turn ends, ``tether ps`` shows it, agentd emits ``turn_failed``, and ``tether send
         --wait-reply`` exits 1 with it (ADR 0051). ``event`` names the transcript event.
 

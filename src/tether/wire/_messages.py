@@ -123,7 +123,7 @@ class TurnEnded:
     prompt_id: str
     """The prompt whose turn ended."""
     failure: str = ""
-    """Why it failed (``http_status``, ``connect``, ``cut``, ...; empty: it did not)."""
+    """Why it failed (``http``, ``unreachable``, ``cut``, ...; empty: it did not)."""
     status: int = 0
     """The failure's status (an HTTP status; 0: none)."""
     detail: str = ""
@@ -139,7 +139,7 @@ class TurnEnded:
         return bool(self.failure)
 
     def brief(self) -> str:
-        """``ok``, or the failure and its status (``http_status:429``): no spaces, for ps."""
+        """``ok``, or the failure and its status (``http:429``): no spaces, for ps."""
         if not self.failure:
             return "ok"
         return f"{self.failure}:{self.status}" if self.status else self.failure
