@@ -358,28 +358,24 @@ async def test_output_past_the_spill_size_waits_on_disk_and_comes_back_whole(
     assert os.listdir(tmp_path) == ["source"]
 
 
-def test_a_tool_s_silence_is_reported_from_a_fresh_look_at_its_tree() -> None:
+def test_a_tool_s_reported_silence_is_the_one_its_last_look_saw() -> None:
     """Found loaded: a busy tool was called stalled because its harness, starved, had not
-    looked at the tool's CPU time since before the starvation, and reported the gap as the
-    tool's silence. A reported silence now follows a look taken within ``FRESH`` seconds; a
-    look that fails leaves the silence as it was; a tree that did not change stays silent."""
+    looked at the tool's tree since before the starvation, and reported the gap as the tool's
+    silence. What is reported now is the silence up to the last look (or, for a Python tool,
+    which says when it advances, up to now)."""
     clock = ManualClock()
     activity = ToolActivity(clock)
+    activity.begin()
     changes = [True, False]
     activity.look = lambda: changes.pop(0)
-    clock.advance(2.0)  # the watcher has not looked for 2 s: the harness was starved
-    assert activity.silence() == 2.0
-    assert activity.fresh_silence() == 0.0  # it burned CPU meanwhile: it advanced
-    clock.advance(0.05)
-    assert activity.fresh_silence() == pytest.approx(
-        0.05
-    )  # looked 0.05 s ago: fresh enough, no new look
+    clock.advance(0.5)
+    activity.look_now()  # it burned CPU: an advance
+    clock.advance(2.0)  # the harness was starved: no look for 2 s
+    assert activity.silence() == pytest.approx(2.0)
+    assert activity.observed_silence() == 0.0
+    activity.look_now()  # the tree did not change: 2 s of silence seen
+    clock.advance(0.3)
+    assert activity.observed_silence() == pytest.approx(2.0)
+    python_tool = ToolActivity(clock)
     clock.advance(1.0)
-    assert activity.fresh_silence() == pytest.approx(1.05)  # looked again: no change, still silent
-
-    def failing() -> bool:
-        raise OSError(24, "Too many open files")
-
-    activity.look = failing
-    clock.advance(1.0)
-    assert activity.fresh_silence() == pytest.approx(2.05)
+    assert python_tool.observed_silence() == pytest.approx(1.0)

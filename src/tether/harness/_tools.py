@@ -56,8 +56,8 @@ class OpenTool:
     """Its stall threshold (``None`` for a Python tool: it is bounded by its timeout only)."""
 
     def silence(self) -> float:
-        """Awake seconds since it last advanced, its tree looked at afresh (``fresh_silence``)."""
-        return self.activity.fresh_silence()
+        """Awake seconds it has been silent, as last observed (``observed_silence``)."""
+        return self.activity.observed_silence()
 
     @property
     def stalled(self) -> bool:

@@ -8,14 +8,10 @@ time since the last advance, so a host's sleep is never counted (``tether._clock
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable
 
 from .. import _procfs
 from .._clock import Clock, HostClock
-
-FRESH = 0.1
-"""Seconds a look at a tool's tree stays fresh enough to report its silence from."""
 
 
 class ToolActivity:
@@ -68,15 +64,15 @@ class ToolActivity:
             if self.look():
                 self.advance()
 
-    def fresh_silence(self) -> float:
-        """``silence``, after a look at the tree if none was taken in the last ``FRESH``
-        seconds: a harness starved between two of its watcher's looks must not report its
-        own lateness as its tool's silence (a busy tool was called stalled on a loaded host).
-        A look that fails (no descriptor left) only leaves the silence as it was."""
-        if self.look is not None and self.clock.now() - self._looked >= FRESH:
-            with contextlib.suppress(OSError):
-                self.look_now()
-        return self.silence()
+    def observed_silence(self) -> float:
+        """The silence as last observed: up to the last look at the tree for a tool that has
+        one, else up to now. What a harness reports: starved between two looks (a second
+        apart), it never reports its own lateness as the tool's silence (a busy tool was called
+        stalled on a loaded host), and reporting costs no look. A silent tool's reported
+        silence lags the truth by a look's interval at most."""
+        if self.look is None:
+            return self.silence()
+        return max(0.0, self._looked - self.last)
 
     def finish(self) -> float:
         """The tool is done: count its last silence too; the largest silence."""
