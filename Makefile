@@ -30,7 +30,7 @@ etcd:
 	  >/dev/null || echo "etcd-server could not be installed: the etcd tests will be skipped"
 
 # The suite a person waits for (under 6 minutes on 2 cores): lint, format, types, and the
-# tests on this Python in two workers, a 32-second slice of the fault campaign (a fresh seed,
+# tests on this Python in two workers, a 24-second slice of the fault campaign (a fresh seed,
 # shown in the header) among them. The tests marked slow (each over ~8 s) are `test-slow`'s.
 PYTEST_WORKERS ?= 2
 test: $(VENV)/.installed-test etcd
