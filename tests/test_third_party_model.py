@@ -169,13 +169,21 @@ async def wait_for_rules(server: FakeLLM, count: int, timeout: float = 30) -> li
     return found
 
 
+async def one_turn(
+    directory: Path, server: FakeLLM, agentd: Agentd, session: str, prompt: str
+) -> None:
+    """Start the session's harness while fakellm starts, then send ``prompt`` and wait for
+    its turn to end."""
+    await agentd.start_agent(session)
+    await server.ready()
+    await agentd.deliver(session, prompt)
+    await wait_until(lambda: turn_done(directory, session), timeout=30)
+
+
 async def test_a_streamed_answer_is_recorded(directory: Path) -> None:
     session = unique_session()
     async with serving(directory) as server, running(directory, server.url) as agentd:
-        await agentd.start_agent(session)  # while fakellm starts
-        await server.ready()
-        await agentd.deliver(session, "say something")
-        await wait_until(lambda: turn_done(directory, session), timeout=30)
+        await one_turn(directory, server, agentd, session, "say something")
         (request,) = (await server.stats())["recent"]
     assert (request["matched_rule"], request["stream"], request["model"]) == ("plain", True, MODEL)
     assert said(directory, session, "user") == ["say something"]
@@ -186,10 +194,7 @@ async def test_a_streamed_answer_is_recorded(directory: Path) -> None:
 async def test_a_tool_call_streamed_in_pieces_round_trips(directory: Path) -> None:
     session = unique_session()
     async with serving(directory) as server, running(directory, server.url) as agentd:
-        await agentd.start_agent(session)  # while fakellm starts
-        await server.ready()
-        await agentd.deliver(session, "please run echo hi")
-        await wait_until(lambda: turn_done(directory, session), timeout=30)
+        await one_turn(directory, server, agentd, session, "please run echo hi")
         # The second request carried the tool's result: fakellm's rule on it matched.
         assert await server.matched() == ["call", "after_tool"]
     recorded = entries(directory, session)
