@@ -506,19 +506,22 @@ async def test_issue_26_row_3_a_keeper_stopped_mid_run_ends_the_run_with_its_sta
     tmp_path: Path,
 ) -> None:
     """The keeper is stopped after the spawn: the tool's exit goes unreported, so after
-    ``REPORT_TIMEOUT`` the keeper is killed and the status read from the kernel."""
+    ``REPORT_TIMEOUT`` the keeper is killed and the status read from the kernel. The keeper is
+    stopped once the spawn was answered (the group has the child), never between the tool's
+    start and that answer: that is the neighbouring fault, a typed ``KeeperUnresponsive``."""
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
         keeper = psutil.Process(group.keeper_pid)
 
         async def stop_keeper() -> None:
-            await wait_until((tmp_path / "runs").exists)
+            await wait_until(lambda: bool(group.children) and (tmp_path / "runs").exists())
             keeper.suspend()
 
-        with trio.fail_after(2 + REPORT_TIMEOUT + HEADROOM):
+        with trio.fail_after(3 + REPORT_TIMEOUT + HEADROOM):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stop_keeper)
-                argv = ["sh", "-c", TOOL, str(tmp_path / "runs"), "6"]
-                result = await group.run(argv, timeout=2)
+                tool = 'touch "$0"; sleep 1.5; exit "$1"'  # outlives a slow spawn answer
+                argv = ["sh", "-c", tool, str(tmp_path / "runs"), "6"]
+                result = await group.run(argv, timeout=3)
         assert (result.returncode, result.timed_out) == (6, False)
         await wait_until(lambda: not keeper.is_running())
     assert zombie_children() == []
