@@ -1,7 +1,8 @@
 """The deadlock detector's negative control (issue 31): seeded working programs, each with
 tasks waiting on a gate that something outside the waiting tasks opens later (a thread, a
-pool, a queue-fed worker, a weak callback registry, a signal, a subprocess, a socket, a busy
-loop, the autojump clock), run under the plugin; every one must pass. A failure is a false
+pool, a queue-fed worker, a weak callback registry, a thread blocked on a primitive that a
+thread or a task releases, a module registry a thread reads, a signal, a subprocess, a socket,
+a busy loop, the autojump clock), run under the plugin; every one must pass. A failure is a false
 alarm, printed with its seed and program.
 
 ``python tests/torture/control.py --seeds N --programs M`` runs it alone; ``make torture``
@@ -38,6 +39,9 @@ class Registry:
             method = ref()
             if method is not None:
                 method()
+
+PENDING = {}
+
 
 class Opener:
     def __init__(self, open_gate, token):
@@ -134,6 +138,36 @@ async def read_then_open():
     await open_gate()
 threading.Thread(target=write_later, daemon=True).start()
 n.start_soon(read_then_open)""",
+    "blocked_thread": """relay = threading.Event()
+def set_later():
+    time.sleep(D)
+    relay.set()
+threading.Thread(target=set_later, daemon=True).start()
+async def after_relay():
+    await trio.to_thread.run_sync(relay.wait, abandon_on_cancel=True)
+    await open_gate()
+n.start_soon(after_relay)""",
+    "fed_queue": """box = queue.Queue()
+def consume():
+    fn = box.get()
+    trio.from_thread.run(fn, trio_token=token)
+threading.Thread(target=consume, daemon=True).start()
+async def feed():
+    await trio.sleep(D)
+    box.put(open_gate)
+n.start_soon(feed)""",
+    "locked_registry": """lock = threading.Lock()
+lock.acquire()
+PENDING[id(lock)] = open_gate
+def after_lock():
+    with lock:
+        pass
+    trio.from_thread.run(PENDING.pop(id(lock)), trio_token=token)
+threading.Thread(target=after_lock, daemon=True).start()
+async def release():
+    await trio.sleep(D)
+    lock.release()
+n.start_soon(release)""",
     "busy": """async def busy():
     deadline = trio.current_time() + D
     while trio.current_time() < deadline:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -52,6 +53,8 @@ starts a run and where its thread and signal waits live. Without it the plugin t
 detection off and says so (the hard timeout still works)."""
 
 _UNHELD = "a holder in no task"
+UNENDING = 5.0
+"""Seconds a failed, cancelled run may go on before its failure is said on stderr."""
 """What ``_analysis`` says of a deadlock on something no task holds, before collecting."""
 
 WATCHED: set[int] = set()
@@ -86,6 +89,8 @@ class DeadlockDetector:
         """Seconds before the run fails as timed out (``None``: never)."""
         self.deadlocks = True
         """Whether to look for deadlocks (off: only the timeout)."""
+        self.terminal: int | None = None
+        """A descriptor for what must be seen even while pytest captures (``None``: stderr)."""
         self.failure: Exception | None = None
         """The error the run fails with, once one is found."""
         self.checks = 0
@@ -99,6 +104,7 @@ class DeadlockDetector:
         self._on_failure: Callable[[], object] = _nothing
         self._started = time.monotonic()
         self._timed_out = False
+        self._failed_at = 0.0
         self._step = 0.25
         self._first: weakref.WeakKeyDictionary[trio.lowlevel.Task, tuple[tuple[int, ...], float]]
         self._first = weakref.WeakKeyDictionary()
@@ -110,6 +116,7 @@ class DeadlockDetector:
         """A detector with the same settings, not started (one per trio run)."""
         twin = DeadlockDetector(self.cushion, self.timeout)
         twin.deadlocks = self.deadlocks
+        twin.terminal = self.terminal
         return twin
 
     @property
@@ -179,6 +186,9 @@ class DeadlockDetector:
             # one test at a time, by the plugin's wrapper.
             self._end()
             return
+        if self.failure is not None:
+            self._unending()
+            return
         if self.timeout is not None and time.monotonic() - self._started > self.timeout:
             self._timed_out = True
         elif not (self.deadlocks and self._undisturbed(runner)):
@@ -187,6 +197,22 @@ class DeadlockDetector:
             queue.run_sync_soon(self._check, idempotent=True)
         except trio.RunFinishedError:
             self._end()
+
+    def _unending(self) -> None:
+        """The run was failed and cancelled but goes on: a task waits for a thread that trio
+        cannot cancel (``to_thread.run_sync`` without ``abandon_on_cancel``). After a grace,
+        say the failure on stderr once: pytest cannot report a test that never returns."""
+        if self._failed_at and time.monotonic() - self._failed_at > UNENDING:
+            self._failed_at = 0.0
+            text = (
+                f"tether: this test's run cannot end; it failed with\n{self.failure}\n(a task "
+                "that waits for a thread ends only when that thread does: use "
+                "trio.to_thread.run_sync(..., abandon_on_cancel=True))\n"
+            )
+            if self.terminal is None:
+                print(text, end="", file=sys.__stderr__, flush=True)
+            else:
+                os.write(self.terminal, text.encode())
 
     def _undisturbed(self, runner: Any) -> bool:
         """Whether waking the run now disturbs nothing: no task waits in
@@ -321,6 +347,7 @@ class DeadlockDetector:
 
     def _fail(self, failure: Exception) -> None:
         self.failure = failure
+        self._failed_at = time.monotonic()
         self._on_failure()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -28,6 +29,8 @@ _FIXTURE = "deadlock_detector"
 _WARNED: set[str] = set()
 _COUNTS = {"tests": 0, "runs": 0}
 """How many tests had a trio run watched, and how many runs: the terminal summary says."""
+_TERMINAL: list[int] = []
+"""stderr as it was before pytest captured it (see ``pytest_load_initial_conftests``)."""
 _SETTINGS = pytest.StashKey[tuple[bool, "float | None"]]()
 """Per test: whether to look for deadlocks, and the timeout."""
 
@@ -47,6 +50,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "tether_process_leaks", "fail any test that leaves a process", type="bool", default=False
     )
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_load_initial_conftests() -> Iterator[None]:
+    """Keep a copy of stderr from before pytest captures it: a run that cannot end (a task
+    waiting for a thread trio cannot cancel) says its failure there, since pytest never will."""
+    with contextlib.suppress(OSError):
+        _TERMINAL.append(os.dup(2))
+    yield
+
+
+def pytest_unconfigure() -> None:
+    while _TERMINAL:
+        os.close(_TERMINAL.pop())
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -171,6 +188,7 @@ def _maker(item: pytest.Item) -> Make | None:
         if not isinstance(template, DeadlockDetector):
             template = DeadlockDetector(_cushion(item.config), timeout)
         template.deadlocks = deadlock
+        template.terminal = _TERMINAL[-1] if _TERMINAL else None
         used.append(template)
         return template
 

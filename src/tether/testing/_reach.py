@@ -3,11 +3,14 @@ references the way ordinary code does, without crossing into another task's stac
 
 Roots are coroutines (a task's await chain: its locals and the value stack, read through
 ``gc.get_referents``, which never materialises ``f_locals``), threads and functions. A function
-is followed through its closure and defaults, not its module: module state is reachable by
-everyone, so it is added as a whole (``add_globals``) when any code runs at all. Tasks, other
-tasks' coroutines, trio's runner, classes and code objects are not followed: holding a task does
-not let ordinary code touch its locals. A cancel scope or nursery is noted (holding one lets
-code cancel it) and not followed further.
+is followed through its closure and defaults, not its module: a task's code can import
+anything, so module state is added as a whole (``add_globals``) when a task runs at all. A
+thread adds the module state its stack names (``add_thread``), not every module: followed
+further, module state leads to every module (a module's spec to its loader to pytest's
+session), so any background thread would hide every deadlock on a global. Tasks, other tasks'
+coroutines, trio's runner, classes and code objects are not followed: holding a task does not
+let ordinary code touch its locals. A cancel scope or nursery is noted (holding one lets code
+cancel it) and not followed further.
 """
 
 from __future__ import annotations
@@ -15,9 +18,7 @@ from __future__ import annotations
 import enum
 import gc
 import os
-import queue
 import sys
-import threading
 import types
 import weakref
 from collections.abc import Iterable
@@ -25,6 +26,8 @@ from typing import Any
 
 import trio
 import trio.testing
+
+from ._threads import SeenThread
 
 TRIO_DIR = os.path.dirname(trio.__file__)
 _LEAF = frozenset({int, float, complex, str, bytes, bool, type(None), bytearray, range})
@@ -95,35 +98,15 @@ class Reach:
         self._module_dicts = set()  # its own: another Reach may share the old one
         self.add([vars(m) for m in list(sys.modules.values()) if m is not None])
 
-    def add_threads(self, skip: set[int]) -> tuple[list[str], list[object]]:
-        """Each thread but those in ``skip`` (by ident), through its ``Thread`` object (target,
-        arguments, attributes) and the locals of every frame it is running (a work item a pool
-        worker took, a queue a loop reads): the names of those that count as running code, and
-        the roots of those parked in ``trio.from_thread``, which run again only once the trio
-        side answers them."""
-        names: list[str] = []
-        parked: list[object] = []
-        frames = sys._current_frames()
-        # Our own stack, dropped at once: this frame holding the dict that holds this frame
-        # would be a cycle keeping every analysing frame's locals (the program's objects)
-        # alive until the garbage collector happens to run (issue 42).
-        frames.pop(threading.get_ident(), None)
-        try:
-            for thread in threading.enumerate():
-                if thread.ident in skip or thread.ident == threading.get_ident():
-                    continue
-                stack = _stack(frames.get(thread.ident or 0))
-                if _idle_cache_worker(thread, stack):
-                    continue  # it runs nothing until running code hands it a job
-                roots = [thread, *(value for frame in stack for value in _locals(frame))]
-                if _parked_on_trio(stack):
-                    parked.extend(roots)
-                    continue
-                names.append(thread.name)
-                self.add(roots)
-        finally:
-            frames.clear()
-        return names, parked
+    def add_thread(self, thread: SeenThread) -> None:
+        """What a thread's code can touch: its ``Thread`` object, its frames' locals, and the
+        module state ``thread.module_state`` names, with classes open; never every module: a
+        library's background thread does not reach a test's registry."""
+        self._open_types = True
+        state = {id(d) for d in thread.module_state}
+        self._module_dicts = self._module_dicts - state  # its own: another Reach may share it
+        self.add(thread.roots)
+        self.add(thread.module_state)
 
     def add(self, roots: Iterable[object]) -> None:
         stack: list[Any] = list(roots)
@@ -217,75 +200,3 @@ def _weak_kind(kind: type) -> _Weak:
     if issubclass(kind, weakref.ProxyTypes):
         return _Weak.PROXY
     return _Weak.NO
-
-
-def _stack(frame: types.FrameType | None) -> list[types.FrameType]:
-    """A thread's frames, innermost first."""
-    found = []
-    while frame is not None:
-        found.append(frame)
-        frame = frame.f_back
-    return found
-
-
-def _locals(frame: types.FrameType) -> Iterable[object]:
-    """A running frame's local values (a module-level frame's are its module's state, which
-    ``add_globals`` adds when it must). On 3.11 and 3.12 this materialises ``f_locals``, a
-    snapshot a trace function could later write back: reading is all done here."""
-    names = frame.f_locals
-    if names is frame.f_globals:
-        return ()
-    return list(names.values())
-
-
-def _parked_on_trio(stack: list[types.FrameType]) -> bool:
-    """Whether the thread waits in ``trio.from_thread`` for the trio side to answer: its
-    ``_send_message_to_trio`` frame is blocked in the queue's ``get`` (a ``SimpleQueue``'s,
-    in C, or a ``Queue``'s, waiting on its condition). Anywhere else in there it may still be
-    handing its function to trio, or holding the answer, and counts as running."""
-    for index, frame in enumerate(stack):
-        code = frame.f_code
-        if code.co_name != "_send_message_to_trio" or not code.co_filename.startswith(TRIO_DIR):
-            continue
-        if index == 0:
-            return frame.f_lasti == _get_call(code)
-        inner, innermost = stack[index - 1], stack[0]
-        return (
-            inner.f_code.co_name == "get"
-            and inner.f_code.co_filename == queue.__file__
-            and innermost.f_code.co_name == "wait"
-            and innermost.f_code.co_filename == threading.__file__
-        )
-    return False
-
-
-_GET_CALLS: dict[types.CodeType, int | None] = {}
-
-
-def _get_call(code: types.CodeType) -> int | None:
-    """The offset of the call of ``.get`` in ``code`` (a frame blocked in that C call has it as
-    its last instruction)."""
-    if code not in _GET_CALLS:
-        import dis
-
-        found, after_get = None, False
-        for instruction in dis.get_instructions(code):
-            if instruction.argval == "get" and instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-                after_get = True
-            elif after_get and instruction.opname.startswith("CALL"):
-                found = instruction.offset
-                break
-        _GET_CALLS[code] = found
-    return _GET_CALLS[code]
-
-
-def _idle_cache_worker(thread: threading.Thread, stack: list[types.FrameType]) -> bool:
-    """Whether the thread is a worker of trio's thread cache with no job (no ``_handle_job``
-    frame of its own on its stack)."""
-    worker = getattr(getattr(thread, "_target", None), "__self__", None)
-    if type(worker).__module__ != "trio._core._thread_cache":
-        return False
-    return not any(
-        frame.f_code.co_name == "_handle_job" and frame.f_locals.get("self") is worker
-        for frame in stack
-    )

@@ -14,6 +14,7 @@ import trio
 from ..inspect._tasks import shown_path
 from ..inspect._waits import TRIO_DIR, WaitKind, classify, frame_of, user_frame
 from ._reach import Reach, TooLarge, state_of
+from ._threads import see_threads
 from ._verdict import INTERNAL, Blocked, Verdict
 
 _HERE = os.path.dirname(__file__)
@@ -162,6 +163,10 @@ def _detail(blocked: Blocked, holders: Holders) -> list[str]:
     elif kind is WaitKind.LIMITER:
         names = named([str(getattr(b, "name", b)) for b in obj.statistics().borrowers])
         out = [f"on {obj!r}: borrowed by {names or 'nobody'}"]
+    elif kind is WaitKind.THREAD:
+        at = f", blocked at {where(obj.frame)}" if obj.frame else ""
+        out = [f"in to_thread for thread {obj.name!r}{at}",
+               f"on {obj.what}: nothing that runs reaches it"]  # fmt: skip
     elif kind is WaitKind.NURSERY:
         out = [f"for its nursery's children: {named(sorted(c.name for c in obj.child_tasks))}"]
     elif kind is WaitKind.SLEEP:
@@ -202,6 +207,7 @@ def _tether(kind: WaitKind, state: Any, holders: Holders) -> list[str]:
 def timeout_report(chains: dict[trio.lowlevel.Task, list[Any]]) -> str:
     """Every task's line, and for one on a tether channel, who holds its senders."""
     holders = Holders(chains)
+    workers = {t.task: t for t in see_threads(set()) if t.task is not None}
     entries = []
     try:
         for task, chain in chains.items():
@@ -212,7 +218,13 @@ def timeout_report(chains: dict[trio.lowlevel.Task, list[Any]]) -> str:
             lines = [where(user_frame(frames))]
             if wait.kind is WaitKind.TETHER_RECEIVE:
                 lines.extend(_tether(wait.kind, wait.obj, holders))
+            worker = workers.get(task) if wait.kind is WaitKind.THREAD else None
+            if worker is not None:
+                doing = f"blocked on {worker.what}" if worker.what else worker.state.value
+                at = f" at {where(worker.frame)}" if worker.frame else ""
+                lines.append(f"in to_thread for thread {worker.name!r}, {doing}{at}")
             entries.append((task.name, lines))
     finally:
         holders.close()
+        workers.clear()
     return "\n".join(grouped(entries)) or "  (no task to show)"

@@ -25,6 +25,7 @@ import trio.testing
 
 from ..inspect._waits import Scopes, Wait, WaitKind, scopes
 from ._reach import Reach, TooLarge, state_of
+from ._threads import SeenThread, ThreadState, see_threads
 
 INTERNAL = ("<init>", "<TrioToken.run_sync_soon task>")
 """The run's own tasks: they run only what a thread or signal hands them."""
@@ -74,21 +75,32 @@ def analyse(
     """Decide which of ``blocked`` (a wait per task asleep a cushion; ``chains`` holds every
     task's await chain) nothing can wake before ``timeout_left`` seconds; ``extra_roots`` are
     callbacks about to run (queued by threads)."""
-    waits = {
-        t: Blocked(w, scopes(t))
-        for t, w in blocked.items()
-        if not w.kind.external and t.name not in INTERNAL
-    }
+    threads = see_threads(skip_threads)
+    workers = {t.task: t for t in threads if t.task is not None}
+    waits: dict[trio.lowlevel.Task, Blocked] = {}
+    for task, wait in blocked.items():
+        if task.name in INTERNAL:
+            continue
+        worker = workers.get(task) if wait.kind is WaitKind.THREAD else None
+        if worker is not None:  # waits in to_thread for this thread: as stuck as it is
+            waits[task] = Blocked(Wait(WaitKind.THREAD, worker, wait.frame), scopes(task))
+        elif not wait.kind.external:
+            waits[task] = Blocked(wait, scopes(task))
     running = [t for t in chains if t not in waits and t.name not in INTERNAL]
     reach = Reach([obj for chain in chains.values() for obj in chain], limit)
     try:
-        return _decide(waits, running, chains, reach, skip_threads, timeout_left, extra_roots)
+        return _decide(waits, running, chains, reach, threads, timeout_left, extra_roots)
     except TooLarge as exc:
         return Verdict({}, {}, (), f"the analysis gave up: {exc}")
     finally:
         reach.close()  # what it reached must not outlive the verdict (issue 42)
         waits.clear()
         running.clear()
+        workers.clear()
+        for thread in threads:
+            thread.roots.clear()
+            thread.module_state.clear()
+        threads.clear()
 
 
 def _decide(
@@ -96,7 +108,7 @@ def _decide(
     running: list[trio.lowlevel.Task],
     chains: dict[trio.lowlevel.Task, list[Any]],
     reach: Reach,
-    skip_threads: set[int],
+    threads: list[SeenThread],
     timeout_left: float,
     extra_roots: list[object],
 ) -> Verdict:
@@ -104,15 +116,18 @@ def _decide(
     reach, so nothing found outlives the verdict)."""
     for task in running:
         reach.add_chain(chains[task])
-    threads, parked = reach.add_threads(skip_threads)
+    runs = Threads(threads)
+    for thread in runs.running:
+        reach.add_thread(thread)
     handlers = _signal_handlers()
     reach.add(handlers.values())
     reach.add(extra_roots)
-    alive = [f"task {t.name!r}" for t in running] + [f"thread {n!r}" for n in threads]
+    alive = [f"task {t.name!r}" for t in running] + [f"thread {t.name!r}" for t in runs.running]
     alive += [f"the handler of {name}" for name in handlers]
     if extra_roots:
         alive.append("callbacks queued by threads")
-    woken = _fixpoint(waits, chains, reach, bool(alive), timeout_left, parked)
+    tasks_run = bool(running or handlers or extra_roots)
+    woken = _fixpoint(waits, chains, reach, runs, tasks_run, timeout_left)
     stuck = {t: b for t, b in waits.items() if t not in woken}
     if stuck and reach.unfollowed:
         return Verdict({}, woken, tuple(alive), f"running code reaches {reach.unfollowed}")
@@ -122,33 +137,59 @@ def _decide(
     return Verdict(stuck, woken, tuple(alive))
 
 
+class Threads:
+    """Which threads run: those running from the start, then those woken (a blocked thread
+    whose primitive running code reaches; a parked one once a task runs or a callback is
+    queued, either of which may answer it)."""
+
+    def __init__(self, threads: list[SeenThread]) -> None:
+        self.running = [t for t in threads if t.state is ThreadState.RUNNING]
+        self.blocked = [t for t in threads if t.state is ThreadState.BLOCKED]
+        self.parked = [t for t in threads if t.state is ThreadState.PARKED]
+        self.runs = {t.ident for t in self.running}
+
+    def wake(self, reach: Reach, tasks_run: bool) -> bool:
+        """Wake what running code can now wake, adding what each woken thread reaches;
+        whether any woke."""
+        woke = [t for t in self.blocked if t.obj in reach]
+        if tasks_run:  # a task or a queued callback may be what answers a parked thread
+            woke += self.parked
+            self.parked = []
+        self.blocked = [t for t in self.blocked if t not in woke]
+        for thread in woke:
+            self.runs.add(thread.ident)
+            reach.add_thread(thread)
+        return bool(woke)
+
+
 def _fixpoint(
     waits: dict[trio.lowlevel.Task, Blocked],
     chains: dict[trio.lowlevel.Task, list[Any]],
     reach: Reach,
-    code_runs: bool,
+    threads: Threads,
+    tasks_run: bool,
     timeout_left: float,
-    parked: list[object],
 ) -> dict[trio.lowlevel.Task, str]:
+    """Wake tasks and threads until nothing more wakes. Module state as a whole is added only
+    once a task, a handler or a callback runs: a thread reaches what its own code reaches."""
     woken: dict[trio.lowlevel.Task, str] = {}
     with_globals = False
     while True:
         progress = False
+        code_runs = tasks_run or bool(threads.runs)
         for task, blocked in waits.items():
             if task in woken:
                 continue
-            why = _waker(blocked, waits, woken, reach, code_runs, timeout_left)
+            why = _waker(blocked, waits, woken, reach, code_runs, timeout_left, threads.runs)
             if why is not None:
                 woken[task] = why
                 reach.add_chain(chains[task])
-                # A woken task may be the one answering a thread parked in
-                # ``trio.from_thread``: that thread may run again.
-                reach.add(parked)
-                parked = []
-                code_runs = progress = True
+                tasks_run = progress = True
+        if threads.wake(reach, tasks_run):
+            progress = True
         if progress:
             continue
-        if len(woken) == len(waits) or not code_runs or with_globals:
+        if len(woken) == len(waits) or not tasks_run or with_globals:
             return woken
         reach.add_globals()
         with_globals = True
@@ -165,6 +206,7 @@ def _waker(
     reach: Reach,
     code_runs: bool,
     timeout_left: float,
+    threads_run: set[int],
 ) -> str | None:
     """Why this blocked task can still wake, or ``None``."""
     sc = blocked.scopes
@@ -187,6 +229,10 @@ def _waker(
         return None
     if obj is None:
         return "waits on an object the detector could not read"
+    if kind is WaitKind.THREAD:
+        if obj.ident in threads_run:
+            return f"waits in to_thread for thread {obj.name!r}, which runs"
+        return None
     if kind is WaitKind.NURSERY:
         children = obj.child_tasks
         if all(_runs(child, waits, woken) for child in children):
