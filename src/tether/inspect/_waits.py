@@ -180,14 +180,17 @@ def library_dirs() -> tuple[str, ...]:
 
 def user_frame(frames: list[types.FrameType]) -> types.FrameType | None:
     """The innermost frame outside trio, tether and the libraries that wrap them: the line a
-    report names. A task of library code alone is named by its innermost frame outside trio
-    (trio's own trap says nothing), else by its outermost."""
+    report names. A task of library code alone (started on ``lot.park``, or a ``from_thread``
+    call of ``event.wait``) is named by the outermost public primitive it is in (trio's own
+    trap, or ``outcome``'s wrapper, says nothing), else by its outermost frame."""
     libraries = library_dirs()
     for frame in reversed(frames):
         if not frame.f_code.co_filename.startswith(libraries):
             return frame
-    for frame in reversed(frames):
-        if not frame.f_code.co_filename.startswith(TRIO_DIR):
+    if not _CODES:
+        _CODES.update(_codes())
+    for frame in frames:
+        if frame.f_code in _CODES:
             return frame
     return frames[0] if frames else None
 

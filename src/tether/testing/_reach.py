@@ -178,11 +178,12 @@ def _handle_types() -> frozenset[type]:
     from ..channels._broadcast import BroadcastReceiver, BroadcastSender
     from ..channels._mpsc import Sender, WeakSender
     from ..channels._oneshot import OneshotReceiver, OneshotSender
+    from ..channels._permit import Permit
     from ..channels._receiver import Receiver
     from ..channels._watch import WatchReceiver, WatchSender
 
     tether = {Sender, WeakSender, Receiver, OneshotSender, OneshotReceiver, WatchSender,
-              WatchReceiver, BroadcastSender, BroadcastReceiver}  # fmt: skip
+              WatchReceiver, BroadcastSender, BroadcastReceiver, Permit}  # fmt: skip
     return frozenset({*tether, trio.MemorySendChannel, trio.MemoryReceiveChannel})
 
 

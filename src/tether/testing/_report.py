@@ -6,7 +6,9 @@ from __future__ import annotations
 import gc
 import linecache
 import os
+import re
 import types
+from collections import Counter
 from typing import Any
 
 import trio
@@ -18,6 +20,8 @@ from ._threads import see_threads
 from ._verdict import INTERNAL, Blocked, Verdict
 
 _HERE = os.path.dirname(__file__)
+_ANYIO = os.path.join(os.sep, "anyio", "")
+_SUFFIX = re.compile(r"#\d+$")
 
 
 def where(frame: types.FrameType | None) -> str:
@@ -30,12 +34,16 @@ def where(frame: types.FrameType | None) -> str:
 
 
 def shown(task: trio.lowlevel.Task, chain: list[Any]) -> bool:
-    """Whether a report names this task: not the run's own, nor the test machinery's."""
+    """Whether a report names this task: not the run's own, nor the test machinery's (a task
+    of library code alone, started on ``lot.park`` or ``event.wait``, is named)."""
     if task.name in INTERNAL or not chain:
         return False
     paths = [frame_of(obj).f_code.co_filename for obj in chain]
+    if all(p.startswith(TRIO_DIR) or _ANYIO in p for p in paths):
+        runner = frame_of(chain[0]).f_locals.get("self")
+        return not (type(runner).__name__ == "TestRunner" and _ANYIO in paths[0])
     return not all(p.startswith((TRIO_DIR, _HERE)) or "pytest_trio" in p or "_pytest" in p
-                   or f"{os.sep}anyio{os.sep}" in p for p in paths)  # fmt: skip
+                   or _ANYIO in p for p in paths)  # fmt: skip
 
 
 class Holders:
@@ -43,6 +51,7 @@ class Holders:
 
     def __init__(self, chains: dict[trio.lowlevel.Task, list[Any]]) -> None:
         self._chains = chains
+        self._names = display_names(chains)
         self._base = Reach([obj for chain in chains.values() for obj in chain], 400_000)
         self._reach: dict[trio.lowlevel.Task, Reach | None] = {}
         self._of: dict[int, list[str]] = {}
@@ -78,8 +87,12 @@ class Holders:
                 self._reach[task] = reach
             found = self._reach[task]
             if found is not None and obj in found:
-                names.append(task.name)
+                names.append(self.name(task))
         return names
+
+    def name(self, task: trio.lowlevel.Task) -> str:
+        """The task's name in this report (see ``display_names``)."""
+        return self._names.get(task, task.name)
 
     def phrase(self, obj: object) -> str:
         names = self.of(obj)
@@ -87,6 +100,31 @@ class Holders:
             self.unheld = True
             return "no task (a global, a thread or garbage)"
         return ("task " if len(names) == 1 else "tasks ") + named(names)
+
+
+def display_names(chains: dict[trio.lowlevel.Task, list[Any]]) -> dict[trio.lowlevel.Task, str]:
+    """Each task's name in a report: a default name (``module.qualname``, as trio and anyio
+    give one) is cut to its function's qualname past any ``<locals>``, and a name that several
+    tasks share gets ``#1``, ``#2``... so a lock cycle between two tasks of one function reads
+    which holds what."""
+    base = {task: _short(task, chain) for task, chain in chains.items()}
+    counts = Counter(base.values())
+    seen: Counter[str] = Counter()
+    names = {}
+    for task, name in base.items():
+        if counts[name] > 1:
+            seen[name] += 1
+            name = f"{name}#{seen[name]}"
+        names[task] = name
+    return names
+
+
+def _short(task: trio.lowlevel.Task, chain: list[Any]) -> str:
+    for obj in chain:  # anyio's wrapper coroutine comes first
+        qualname = getattr(obj, "__qualname__", None)
+        if isinstance(qualname, str) and task.name.endswith("." + qualname):
+            return qualname.rsplit("<locals>.", 1)[-1]
+    return task.name
 
 
 def named(names: list[str], shown: int = 5) -> str:
@@ -108,6 +146,8 @@ def grouped(entries: list[tuple[str, list[str]]], shown: int = 40) -> list[str]:
         groups.setdefault(tuple(lines), []).append(name)
     out: list[str] = []
     for same, names in list(groups.items())[:shown]:
+        if len(names) > 1:  # counted by their shared name, not told apart
+            names = [_SUFFIX.sub("", name) for name in names]
         who = (
             f"task {names[0]!r} waits"
             if len(names) == 1
@@ -127,12 +167,13 @@ def deadlock_report(
     """The head line and every deadlocked task with what it waits on and who holds that
     (``holders`` answers who; the caller closes it)."""
     entries = [
-        (task.name, [where(blocked.wait.frame), *_detail(blocked, holders)])
+        (holders.name(task), [where(blocked.wait.frame), *_detail(blocked, holders)])
         for task, blocked in verdict.stuck.items()
         if shown(task, chains[task])
     ]
     lines = grouped(entries)
-    alive = [*verdict.running, *(f"task {t.name!r}" for t in verdict.woken if shown(t, chains[t]))]
+    woken = (f"task {holders.name(t)!r}" for t in verdict.woken if shown(t, chains[t]))
+    alive = [*verdict.running, *woken]
     if alive:
         others = ", ".join(alive[:4]) + (" ..." if len(alive) > 4 else "")
         count = sum(1 for t, b in verdict.stuck.items() if shown(t, chains[t]))
@@ -159,7 +200,7 @@ def _detail(blocked: Blocked, holders: Holders) -> list[str]:
         out = out or [f"on {kind.value}: no open {side} (the channel is never closed)"]
     elif kind is WaitKind.LOCK:
         owner = obj.statistics().owner
-        out = [f"on {obj!r}: owned by task {owner.name!r}" if owner else f"on {obj!r}"]
+        out = [f"on {obj!r}: owned by task {holders.name(owner)!r}" if owner else f"on {obj!r}"]
     elif kind is WaitKind.LIMITER:
         names = named([str(getattr(b, "name", b)) for b in obj.statistics().borrowers])
         out = [f"on {obj!r}: borrowed by {names or 'nobody'}"]
@@ -168,7 +209,8 @@ def _detail(blocked: Blocked, holders: Holders) -> list[str]:
         out = [f"in to_thread for thread {obj.name!r}{at}",
                f"on {obj.what}: nothing that runs reaches it"]  # fmt: skip
     elif kind is WaitKind.NURSERY:
-        out = [f"for its nursery's children: {named(sorted(c.name for c in obj.child_tasks))}"]
+        children = sorted(_SUFFIX.sub("", holders.name(c)) for c in obj.child_tasks)
+        out = [f"for its nursery's children: {named(children)}"]
     elif kind is WaitKind.SLEEP:
         out = ["sleeping, and nothing that runs can cancel it"]
     elif obj is not None:
@@ -190,7 +232,10 @@ def _tether(kind: WaitKind, state: Any, holders: Holders) -> list[str]:
                 not isinstance(h, StrongHandle) and not hasattr(h, "upgrade")]  # fmt: skip
         out = [f"on {state.label}: its receiver is held by {holders.phrase(h)}" for h in ends]
         return out or [f"on {state.label}: no receiver"]
-    out = []
+    from ..channels._permit import Permit
+
+    out = [f"on {state.label}: an unsent Permit is held by {holders.phrase(p)}"
+           for p in gc.get_referrers(state) if type(p) is Permit and not p._used]  # fmt: skip
     for handle in gc.get_referrers(state):
         key = getattr(handle, "_key", None)
         if not isinstance(handle, StrongHandle) or handle._shared is not state or key is None:
@@ -223,7 +268,7 @@ def timeout_report(chains: dict[trio.lowlevel.Task, list[Any]]) -> str:
                 doing = f"blocked on {worker.what}" if worker.what else worker.state.value
                 at = f" at {where(worker.frame)}" if worker.frame else ""
                 lines.append(f"in to_thread for thread {worker.name!r}, {doing}{at}")
-            entries.append((task.name, lines))
+            entries.append((holders.name(task), lines))
     finally:
         holders.close()
         workers.clear()

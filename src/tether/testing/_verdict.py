@@ -23,6 +23,7 @@ import attrs
 import trio
 import trio.testing
 
+from ..channels._permit import Permit
 from ..inspect._waits import Scopes, Wait, WaitKind, scopes
 from ._reach import Reach, TooLarge, state_of
 from ._threads import SeenThread, ThreadState, see_threads
@@ -269,11 +270,15 @@ def _channel_waker(kind: WaitKind, obj: Any, reach: Reach) -> str | None:
                 return "waits on a memory channel whose other end running code holds"
         return None
     receiving = kind is WaitKind.TETHER_RECEIVE
-    if receiving and not obj.live:
+    if receiving and not obj.live and not getattr(obj, "reserved", 0):
         return "waits on a tether channel with no sender left"
     for handle in reach.handles:
         state = state_of(handle)
         if state is not obj:
+            continue
+        if type(handle) is Permit:  # an unsent value on its way in
+            if receiving and not handle._used:
+                return "waits on a tether channel whose unsent Permit running code holds"
             continue
         strong = getattr(handle, "_key", None) is not None
         weak = hasattr(handle, "upgrade") and bool(obj.live)
