@@ -74,6 +74,7 @@ torture: $(VENV)/.installed-test
 	$(BIN)/python tests/torture/run.py --seeds $(TORTURE_SEEDS) --steps $(TORTURE_STEPS)
 	TETHER_DELIVERY_ROUNDS=20 $(BIN)/python -m pytest -q tests/test_agentd_delivery.py -k sigkills
 	$(BIN)/python tests/torture/control.py --seeds 10 --programs 16
+	$(BIN)/python tests/torture/corpus.py --runs 3
 	$(BIN)/python tests/torture/model.py --seeds 5 --seconds 40
 	TETHER_SOUNDNESS_RUNS=20 $(BIN)/python -m pytest -q tests/test_testing_soundness.py -k working
 
