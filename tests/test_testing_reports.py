@@ -83,3 +83,53 @@ def test_every_stuck_task_is_listed_and_every_holder_named(pytester: pytest.Pyte
     assert re.search(cycle, out), out
     assert re.search(r"task 'one#2' waits at .*\n\s+on .*owned by task 'one#1'", out), out
     assert re.search(r"on channel 'work': an unsent Permit is held by tasks .*'reserver'", out)
+
+
+ANYIO_STREAMS = """import anyio, pytest
+
+pytestmark = pytest.mark.anyio
+
+@pytest.fixture
+def anyio_backend():
+    return "trio"
+
+async def test_an_anyio_stream_nobody_sends_on():
+    send, receive = anyio.create_memory_object_stream(0)
+    async def hold(send):
+        await anyio.Event().wait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hold, send)
+        await receive.receive()
+
+async def test_an_anyio_stream_nobody_receives_from():
+    send, receive = anyio.create_memory_object_stream(0)
+    kept = [receive]
+    await send.send(1)
+
+async def test_ok_an_anyio_stream_sent_on_later():
+    send, receive = anyio.create_memory_object_stream(0)
+    async def later():
+        await anyio.sleep(1.0)
+        await send.send(1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(later)
+        assert await receive.receive() == 1
+"""
+
+
+def test_anyio_streams_under_anyio_s_own_plugin_name_the_stream_and_the_test(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(INI.replace("trio_mode = true\n", ""))
+    pytester.makepyfile(test_streams=ANYIO_STREAMS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=240)
+    out = result.stdout.str()
+    result.assert_outcomes(failed=2, passed=1)
+    assert "TimedOut" not in out, out
+    assert "task 'TestRunner" not in out, out
+    # anyio's runner shows the failure inside its traceback: each report line after an "E".
+    assert re.search(r"task \"<test 'test_an_anyio_stream_nobody_sends_on'>\" waits at .*"
+                     r"await receive.receive\(\)\n[E ]+on an anyio memory object stream \(re"
+                     r"ceive\): open sender held by tasks .*'hold'", out), out  # fmt: skip
+    receiver = r"\(send\): open receiver held by task \"<test 'test_an_anyio_stream_nobody_rec"
+    assert re.search(receiver, out), out

@@ -45,6 +45,8 @@ class WaitKind(enum.Enum):
     MEMORY_SEND = "a memory channel (send)"
     TETHER_RECEIVE = "a tether channel (receive)"
     TETHER_SEND = "a tether channel (send)"
+    ANYIO_RECEIVE = "an anyio memory object stream (receive)"
+    ANYIO_SEND = "an anyio memory object stream (send)"
     NURSERY = "its nursery's children"
     SLEEP = "sleep"
     UNKNOWN = "something the detector does not know"
@@ -107,6 +109,24 @@ def _codes() -> dict[types.CodeType, WaitKind]:
 
 
 _CODES: dict[types.CodeType, WaitKind] = {}
+
+
+def _anyio_codes() -> dict[types.CodeType, WaitKind]:
+    """anyio's memory object streams' waits (they wait on an anyio Event inside), once anyio's
+    streams are imported: a program that never imports them is never asked to."""
+    memory = sys.modules.get("anyio.streams.memory")
+    found: dict[types.CodeType, WaitKind] = {}
+    for name, method, kind in (
+        ("MemoryObjectReceiveStream", "receive", WaitKind.ANYIO_RECEIVE),
+        ("MemoryObjectSendStream", "send", WaitKind.ANYIO_SEND),
+    ):
+        code = _code(getattr(getattr(memory, name, None), method, None))
+        if code is not None:
+            found[code] = kind
+    return found
+
+
+_ANYIO_CODES: dict[types.CodeType, WaitKind] = {}
 _BY_PATH = (
     (os.path.join(TRIO_DIR, "_core", "_io_"), WaitKind.IO),
     (os.path.join(TRIO_DIR, "_threads.py"), WaitKind.THREAD),
@@ -210,6 +230,12 @@ def classify(task: trio.lowlevel.Task, frames: list[types.FrameType]) -> Wait:
             data, "closed_waiters", ()
         )
         return Wait(WaitKind.TETHER_SEND if sending else WaitKind.TETHER_RECEIVE, data, where)
+    if not _ANYIO_CODES and "anyio.streams.memory" in sys.modules:
+        _ANYIO_CODES.update(_anyio_codes())
+    for frame in reversed(frames):  # an anyio stream's Event is its business, not the wait
+        kind = _ANYIO_CODES.get(frame.f_code)
+        if kind is not None:
+            return Wait(kind, frame.f_locals.get("self"), where)
     fallback: Wait | None = None
     for frame in reversed(frames):
         path = frame.f_code.co_filename

@@ -35,6 +35,10 @@ _OPAQUE: frozenset[type] = frozenset({types.ModuleType, types.CodeType, trio.low
                                       trio.lowlevel.TrioToken})  # fmt: skip
 
 
+ANYIO_STREAMS = ("MemoryObjectSendStream", "MemoryObjectReceiveStream")
+"""anyio's memory object stream ends, counted as channel ends once anyio's streams are loaded."""
+
+
 class TooLarge(Exception):
     """The reachable graph is larger than the limit: the analysis cannot tell."""
 
@@ -184,7 +188,10 @@ def _handle_types() -> frozenset[type]:
 
     tether = {Sender, WeakSender, Receiver, OneshotSender, OneshotReceiver, WatchSender,
               WatchReceiver, BroadcastSender, BroadcastReceiver, Permit}  # fmt: skip
-    return frozenset({*tether, trio.MemorySendChannel, trio.MemoryReceiveChannel})
+    memory = sys.modules.get("anyio.streams.memory")
+    found = (getattr(memory, name, None) for name in ANYIO_STREAMS)
+    anyio = {kind for kind in found if isinstance(kind, type)}
+    return frozenset({*tether, *anyio, trio.MemorySendChannel, trio.MemoryReceiveChannel})
 
 
 class _Weak(enum.Enum):

@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from ..inspect._tasks import shown_path
-from ..inspect._waits import TRIO_DIR, WaitKind, classify, frame_of, user_frame
+from ..inspect._waits import TRIO_DIR, WaitKind, classify, frame_of, library_dirs, user_frame
 from ._reach import Reach, TooLarge, state_of
 from ._threads import see_threads
 from ._verdict import INTERNAL, Blocked, Verdict
@@ -40,8 +40,7 @@ def shown(task: trio.lowlevel.Task, chain: list[Any]) -> bool:
         return False
     paths = [frame_of(obj).f_code.co_filename for obj in chain]
     if all(p.startswith(TRIO_DIR) or _ANYIO in p for p in paths):
-        runner = frame_of(chain[0]).f_locals.get("self")
-        return not (type(runner).__name__ == "TestRunner" and _ANYIO in paths[0])
+        return not _anyio_runner(chain)
     return not all(p.startswith((TRIO_DIR, _HERE)) or "pytest_trio" in p or "_pytest" in p
                    or _ANYIO in p for p in paths)  # fmt: skip
 
@@ -119,7 +118,22 @@ def display_names(chains: dict[trio.lowlevel.Task, list[Any]]) -> dict[trio.lowl
     return names
 
 
+def _anyio_runner(chain: list[Any]) -> bool:
+    """Whether the task is anyio's pytest runner (the test runs inside it)."""
+    if not chain:
+        return False
+    frame = frame_of(chain[0])
+    runner = frame.f_locals.get("self")
+    return type(runner).__name__ == "TestRunner" and _ANYIO in frame.f_code.co_filename
+
+
 def _short(task: trio.lowlevel.Task, chain: list[Any]) -> str:
+    if _anyio_runner(chain):  # named by the test it runs, as pytest-trio names its task
+        libraries = library_dirs()
+        for obj in chain:
+            code = frame_of(obj).f_code
+            if not code.co_filename.startswith(libraries):
+                return f"<test {code.co_name!r}>"
     for obj in chain:  # anyio's wrapper coroutine comes first
         qualname = getattr(obj, "__qualname__", None)
         if isinstance(qualname, str) and task.name.endswith("." + qualname):
@@ -198,6 +212,14 @@ def _detail(blocked: Blocked, holders: Holders) -> list[str]:
         side = "sender" if receiving else "receiver"
         out = [f"on {kind.value}: open {side} held by {holders.phrase(h)}" for h in ends]
         out = out or [f"on {kind.value}: no open {side} (the channel is never closed)"]
+    elif kind in (WaitKind.ANYIO_RECEIVE, WaitKind.ANYIO_SEND):
+        receiving = kind is WaitKind.ANYIO_RECEIVE
+        other = "MemoryObjectSendStream" if receiving else "MemoryObjectReceiveStream"
+        ends = [h for h in gc.get_referrers(obj._state)
+                if type(h).__name__ == other and not h._closed]  # fmt: skip
+        side = "sender" if receiving else "receiver"
+        out = [f"on {kind.value}: open {side} held by {holders.phrase(h)}" for h in ends]
+        out = out or [f"on {kind.value}: no open {side} (the stream is never closed)"]
     elif kind is WaitKind.LOCK:
         owner = obj.statistics().owner
         out = [f"on {obj!r}: owned by task {holders.name(owner)!r}" if owner else f"on {obj!r}"]

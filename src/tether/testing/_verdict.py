@@ -253,7 +253,27 @@ def _waker(
         return "waits on an Event that is set"
     if kind in (WaitKind.EVENT, WaitKind.SEMAPHORE, WaitKind.CONDITION, WaitKind.LOT):
         return f"waits on {kind.value} that running code can reach" if obj in reach else None
+    if kind in (WaitKind.ANYIO_RECEIVE, WaitKind.ANYIO_SEND):
+        return _anyio_waker(kind, obj, reach)
     return _channel_waker(kind, obj, reach)
+
+
+def _anyio_waker(kind: WaitKind, stream: Any, reach: Reach) -> str | None:
+    """An anyio memory object stream's receiver wakes by a send or the last sender's close (a
+    dropped sender is not closed), a sender by a receive or the last receiver's close."""
+    state = stream._state
+    if kind is WaitKind.ANYIO_RECEIVE:
+        if state.buffer or not state.open_send_channels:
+            return "waits on an anyio memory stream that has items or no sender left"
+        other = "MemoryObjectSendStream"
+    else:
+        if not state.open_receive_channels:
+            return "sends on an anyio memory stream with no receiver left"
+        other = "MemoryObjectReceiveStream"
+    for handle in reach.handles:
+        if type(handle).__name__ == other and handle._state is state and not handle._closed:
+            return f"waits on an anyio memory stream whose {other} running code holds"
+    return None
 
 
 def _channel_waker(kind: WaitKind, obj: Any, reach: Reach) -> str | None:
