@@ -133,3 +133,34 @@ def test_anyio_streams_under_anyio_s_own_plugin_name_the_stream_and_the_test(
                      r"ceive\): open sender held by tasks .*'hold'", out), out  # fmt: skip
     receiver = r"\(send\): open receiver held by task \"<test 'test_an_anyio_stream_nobody_rec"
     assert re.search(receiver, out), out
+
+
+SYSTEM_TASKS = """import math
+import trio
+
+async def until_the_run_ends():
+    await trio.sleep(math.inf)  # trio cancels its system nursery when the main task ends
+
+async def test_ok_a_system_task_sleeping_until_the_run_ends():
+    trio.lowlevel.spawn_system_task(until_the_run_ends)
+    await trio.sleep(1.5)
+
+async def test_a_deadlock_beside_a_system_task():
+    trio.lowlevel.spawn_system_task(until_the_run_ends)
+    await trio.Event().wait()
+"""
+
+
+def test_a_system_task_sleeping_until_the_run_ends_is_no_deadlock(
+    pytester: pytest.Pytester,
+) -> None:
+    """trio cancels its system tasks when the main task ends: while that task can run (the
+    test sleeps past a cushion), a library's system task sleeping until then is no deadlock
+    (it was called one, found under anyio's ``to_process`` by running anyio's own suite)."""
+    pytester.makeini(INI)
+    pytester.makepyfile(test_system=SYSTEM_TASKS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=240)
+    out = result.stdout.str()
+    result.assert_outcomes(failed=1, passed=1)
+    assert re.search(r"task \"<test 'test_a_deadlock_beside_a_system_task'>\" waits at .*"
+                     r"await trio.Event\(\).wait\(\)", out), out  # fmt: skip

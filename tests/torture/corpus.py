@@ -72,6 +72,7 @@ SOURCES: list[tuple[str, str, Rule, dict[str, str]]] = [
     ("threads-working", threads.WORKING, _all(Expect.PASSES), {"helper.py": threads.HELPER}),
     ("reports", reports.PROGRAMS, _ok_prefix, {}),
     ("anyio-streams", reports.ANYIO_STREAMS, _ok_prefix, {}),
+    ("system-tasks", reports.SYSTEM_TASKS, _ok_prefix, {}),
     ("clone-dropped", side_effects.CLONE_DROPPED, _all(Expect.PASSES), {}),
     ("in-a-cycle", side_effects.IN_A_CYCLE, _all(Expect.PASSES), {}),
     ("permit-dropped", side_effects.PERMIT_DROPPED, _all(Expect.PASSES), {}),

@@ -53,9 +53,9 @@ starts a run and where its thread and signal waits live. Without it the plugin t
 detection off and says so (the hard timeout still works)."""
 
 _UNHELD = "a holder in no task"
+"""What ``_analysis`` says of a deadlock on something no task holds, before collecting."""
 UNENDING = 5.0
 """Seconds a failed, cancelled run may go on before its failure is said on stderr."""
-"""What ``_analysis`` says of a deadlock on something no task holds, before collecting."""
 
 WATCHED: set[int] = set()
 """ids of the trio runners a detector watches now (one detector per run)."""
@@ -284,7 +284,7 @@ class DeadlockDetector:
             left += self.cushion
             verdict = analyse(
                 chains, blocked, skip_threads={WATCHDOG.ident or 0}, timeout_left=left,
-                extra_roots=self._queued(),
+                extra_roots=self._queued(), runner=self._runner,
             )  # fmt: skip
             self.analyses += 1
             if verdict.stuck:

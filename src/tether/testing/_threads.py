@@ -96,9 +96,8 @@ def _see(thread: threading.Thread, stack: list[types.FrameType]) -> SeenThread:
     frame = next((f for f in stack if not _library(f.f_code.co_filename)), None)
     blocked = _blocked_on(stack, ident)
     if blocked is None:
-        state = SeenThread(thread.name, ident, ThreadState.RUNNING, roots, module_state,
-                           frame=frame, task=task)  # fmt: skip
-        return state
+        return SeenThread(thread.name, ident, ThreadState.RUNNING, roots, module_state,
+                          frame=frame, task=task)  # fmt: skip
     obj, what = blocked
     return SeenThread(thread.name, ident, ThreadState.BLOCKED, roots, module_state, obj, what,
                       frame, task)  # fmt: skip
@@ -118,7 +117,8 @@ def _module_state(stack: list[types.FrameType], roots: list[object]) -> list[dic
             state = value.__globals__
         else:
             continue
-        found.setdefault(id(state), state)
+        if id(state) not in doors:
+            found.setdefault(id(state), state)
     return list(found.values())
 
 
@@ -181,6 +181,8 @@ def _called_from_python(frame: types.FrameType, ident: int) -> tuple[Any, str] |
     return obj, f"threading.{kind}.acquire"
 
 
+_LOCAL_LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF")
+_LOADS = (*_LOCAL_LOADS, "LOAD_GLOBAL", "LOAD_NAME")
 _CALLS: dict[tuple[types.CodeType, int], tuple[str, list[tuple[str, str]]] | None] = {}
 
 
@@ -214,7 +216,7 @@ def _parse_call(code: types.CodeType, lasti: int) -> tuple[str, list[tuple[str, 
         if instruction.opname == "LOAD_ATTR":
             loads.append(("attr", str(instruction.argval)))
             continue
-        if instruction.opname in ("LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME"):
+        if instruction.opname in _LOADS:
             loads.append((instruction.opname, str(instruction.argval)))
             loads.reverse()
             return method, loads
@@ -226,7 +228,7 @@ def _resolve(frame: types.FrameType, loads: list[tuple[str, str]]) -> Any:
     """The object a plain load chain names in ``frame``, read without running any code (an
     attribute is read from an instance's or a module's ``__dict__`` only), or ``None``."""
     (op, name), attrs_ = loads[0], loads[1:]
-    if op in ("LOAD_FAST", "LOAD_DEREF"):
+    if op in _LOCAL_LOADS:
         obj = frame.f_locals.get(name)
     else:
         builtins = frame.f_builtins

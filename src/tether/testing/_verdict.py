@@ -71,11 +71,13 @@ def analyse(
     skip_threads: set[int],
     timeout_left: float,
     extra_roots: list[object],
+    runner: Any = None,
     limit: int = 400_000,
 ) -> Verdict:
     """Decide which of ``blocked`` (a wait per task asleep a cushion; ``chains`` holds every
     task's await chain) nothing can wake before ``timeout_left`` seconds; ``extra_roots`` are
-    callbacks about to run (queued by threads)."""
+    callbacks about to run (queued by threads); ``runner`` is trio's, whose system tasks are
+    cancelled when its main task ends."""
     threads = see_threads(skip_threads)
     workers = {t.task: t for t in threads if t.task is not None}
     waits: dict[trio.lowlevel.Task, Blocked] = {}
@@ -89,8 +91,9 @@ def analyse(
             waits[task] = Blocked(wait, scopes(task))
     running = [t for t in chains if t not in waits and t.name not in INTERNAL]
     reach = Reach([obj for chain in chains.values() for obj in chain], limit)
+    end = _RunEnd(runner, running)
     try:
-        return _decide(waits, running, chains, reach, threads, timeout_left, extra_roots)
+        return _decide(waits, running, chains, reach, threads, timeout_left, extra_roots, end)
     except TooLarge as exc:
         return Verdict({}, {}, (), f"the analysis gave up: {exc}")
     finally:
@@ -112,6 +115,7 @@ def _decide(
     threads: list[SeenThread],
     timeout_left: float,
     extra_roots: list[object],
+    end: _RunEnd,
 ) -> Verdict:
     """``analyse``'s verdict, from the reach of the code that runs (the caller lets go of the
     reach, so nothing found outlives the verdict)."""
@@ -128,7 +132,7 @@ def _decide(
     if extra_roots:
         alive.append("callbacks queued by threads")
     tasks_run = bool(running or handlers or extra_roots)
-    woken = _fixpoint(waits, chains, reach, runs, tasks_run, timeout_left)
+    woken = _fixpoint(waits, chains, reach, runs, tasks_run, timeout_left, end)
     stuck = {t: b for t, b in waits.items() if t not in woken}
     if stuck and reach.unfollowed:
         return Verdict({}, woken, tuple(alive), f"running code reaches {reach.unfollowed}")
@@ -136,6 +140,22 @@ def _decide(
         note = "the tasks left asleep only sleep until a deadline past the test's timeout"
         return Verdict({}, woken, tuple(alive), note)
     return Verdict(stuck, woken, tuple(alive))
+
+
+class _RunEnd:
+    """trio's run cancels its system nursery when its main task ends: a system task sleeping
+    until then wakes once the main task can run (a library's task that sleeps until the run
+    ends is no deadlock while the test goes on)."""
+
+    def __init__(self, runner: Any, running: list[trio.lowlevel.Task]) -> None:
+        nursery = getattr(runner, "system_nursery", None)
+        self.main = getattr(runner, "main_task", None)
+        self.scope = id(nursery.cancel_scope) if nursery is not None else 0
+        self.comes = self.main is not None and self.main in running
+        """Whether the main task can run, so the system nursery's cancel comes."""
+
+    def woke(self, task: trio.lowlevel.Task) -> None:
+        self.comes = self.comes or task is self.main
 
 
 class Threads:
@@ -170,6 +190,7 @@ def _fixpoint(
     threads: Threads,
     tasks_run: bool,
     timeout_left: float,
+    end: _RunEnd,
 ) -> dict[trio.lowlevel.Task, str]:
     """Wake tasks and threads until nothing more wakes. Module state as a whole is added only
     once a task, a handler or a callback runs: a thread reaches what its own code reaches."""
@@ -181,9 +202,10 @@ def _fixpoint(
         for task, blocked in waits.items():
             if task in woken:
                 continue
-            why = _waker(blocked, waits, woken, reach, code_runs, timeout_left, threads.runs)
+            why = _waker(blocked, waits, woken, reach, code_runs, timeout_left, threads.runs, end)
             if why is not None:
                 woken[task] = why
+                end.woke(task)
                 reach.add_chain(chains[task])
                 tasks_run = progress = True
         if threads.wake(reach, tasks_run):
@@ -208,11 +230,14 @@ def _waker(
     code_runs: bool,
     timeout_left: float,
     threads_run: set[int],
+    end: _RunEnd,
 ) -> str | None:
     """Why this blocked task can still wake, or ``None``."""
     sc = blocked.scopes
     if sc.cancelled:
         return "is being cancelled"
+    if end.comes and any(id(scope) == end.scope for scope in sc.scopes):
+        return "is a system task, cancelled when the run's main task ends, which can run"
     if any(id(scope) in reach.scopes for scope in sc.scopes):
         return "can be cancelled by running code that holds its cancel scope or nursery"
     if not sc.known:
