@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -251,21 +252,21 @@ def test_a_run_that_cannot_end_says_its_failure_on_stderr(pytester: pytest.Pytes
     failure is said on stderr instead, and the process is left to whoever runs it."""
     pytester.makeini(INI)
     path = pytester.makepyfile(test_it=UNENDING)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(path)],
-        cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    err = pytester.path / "stderr.txt"
+    with err.open("w") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(path)],
+            cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=sink,
+        )  # fmt: skip
     try:
-        assert child.stderr is not None
-        said: list[str] = []
-        while not said or "abandon_on_cancel" not in said[-1]:
-            said.append(child.stderr.readline())
-            assert said[-1], said  # it ended, or closed stderr, without saying it
+        deadline = time.monotonic() + 120  # bounded polling: a child that never says it fails
+        while "abandon_on_cancel" not in err.read_text() and child.poll() is None:
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.05)
     finally:
         child.kill()
         child.wait()
-        if child.stderr is not None:
-            child.stderr.close()
+    said = [err.read_text()]
     text = "".join(said)
     assert text.startswith("tether: this test's run cannot end; it failed with"), text
     assert "on threading.Event.wait: nothing that runs reaches it" in text, text
