@@ -151,8 +151,10 @@ class _RunEnd:
         nursery = getattr(runner, "system_nursery", None)
         self.main = getattr(runner, "main_task", None)
         self.scope = id(nursery.cancel_scope) if nursery is not None else 0
-        self.comes = self.main is not None and self.main in running
-        """Whether the main task can run, so the system nursery's cancel comes."""
+        done = getattr(runner, "main_task_outcome", None) is not None
+        self.comes = done or (self.main is not None and self.main in running)
+        """Whether the main task can run or has ended (``<init>`` is then about to cancel the
+        system nursery), so the system nursery's cancel comes."""
 
     def woke(self, task: trio.lowlevel.Task) -> None:
         self.comes = self.comes or task is self.main
