@@ -111,6 +111,13 @@ def _codes() -> dict[types.CodeType, WaitKind]:
 _CODES: dict[types.CodeType, WaitKind] = {}
 
 
+def _known() -> dict[types.CodeType, WaitKind]:
+    """The primitives' code objects, found at the first question (trio and tether loaded)."""
+    if not _CODES:
+        _CODES.update(_codes())
+    return _CODES
+
+
 def _anyio_codes() -> dict[types.CodeType, WaitKind]:
     """anyio's memory object streams' waits (they wait on an anyio Event inside), once anyio's
     streams are imported: a program that never imports them is never asked to."""
@@ -207,18 +214,16 @@ def user_frame(frames: list[types.FrameType]) -> types.FrameType | None:
     for frame in reversed(frames):
         if not frame.f_code.co_filename.startswith(libraries):
             return frame
-    if not _CODES:
-        _CODES.update(_codes())
+    known = _known()
     for frame in frames:
-        if frame.f_code in _CODES:
+        if frame.f_code in known:
             return frame
     return frames[0] if frames else None
 
 
 def classify(task: trio.lowlevel.Task, frames: list[types.FrameType]) -> Wait:
     """What ``task``, asleep, waits on."""
-    if not _CODES:
-        _CODES.update(_codes())
+    known = _known()
     where = user_frame(frames)
     from ..channels._handles import SharedState
 
@@ -239,7 +244,7 @@ def classify(task: trio.lowlevel.Task, frames: list[types.FrameType]) -> Wait:
     fallback: Wait | None = None
     for frame in reversed(frames):
         path = frame.f_code.co_filename
-        kind = _CODES.get(frame.f_code)
+        kind = known.get(frame.f_code)
         if kind is None:
             kind = next((k for prefix, k in _BY_PATH if path.startswith(prefix)), None)
         if kind is None:

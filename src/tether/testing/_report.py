@@ -17,7 +17,7 @@ from ..inspect._tasks import shown_path
 from ..inspect._waits import TRIO_DIR, WaitKind, classify, frame_of, library_dirs, user_frame
 from ._reach import Reach, TooLarge, state_of
 from ._threads import see_threads
-from ._verdict import INTERNAL, Blocked, Verdict
+from ._verdict import INTERNAL, OTHER_END, Blocked, Verdict
 
 _HERE = os.path.dirname(__file__)
 _ANYIO = os.path.join(os.sep, "anyio", "")
@@ -205,21 +205,15 @@ def _detail(blocked: Blocked, holders: Holders) -> list[str]:
     out: list[str]
     if kind in (WaitKind.TETHER_RECEIVE, WaitKind.TETHER_SEND):
         out = _tether(kind, obj, holders)
-    elif kind in (WaitKind.MEMORY_RECEIVE, WaitKind.MEMORY_SEND):
-        receiving = kind is WaitKind.MEMORY_RECEIVE
-        want = trio.MemorySendChannel if receiving else trio.MemoryReceiveChannel
-        ends = [h for h in gc.get_referrers(obj._state) if type(h) is want and not h._closed]
-        side = "sender" if receiving else "receiver"
-        out = [f"on {kind.value}: open {side} held by {holders.phrase(h)}" for h in ends]
-        out = out or [f"on {kind.value}: no open {side} (the channel is never closed)"]
-    elif kind in (WaitKind.ANYIO_RECEIVE, WaitKind.ANYIO_SEND):
-        receiving = kind is WaitKind.ANYIO_RECEIVE
-        other = "MemoryObjectSendStream" if receiving else "MemoryObjectReceiveStream"
+    elif kind in OTHER_END:  # a trio memory channel's or an anyio memory stream's end
         ends = [h for h in gc.get_referrers(obj._state)
-                if type(h).__name__ == other and not h._closed]  # fmt: skip
-        side = "sender" if receiving else "receiver"
+                if type(h).__name__ == OTHER_END[kind] and not h._closed]  # fmt: skip
+        side = (
+            "sender" if kind in (WaitKind.MEMORY_RECEIVE, WaitKind.ANYIO_RECEIVE) else ("receiver")
+        )
+        what = "channel" if kind in (WaitKind.MEMORY_RECEIVE, WaitKind.MEMORY_SEND) else "stream"
         out = [f"on {kind.value}: open {side} held by {holders.phrase(h)}" for h in ends]
-        out = out or [f"on {kind.value}: no open {side} (the stream is never closed)"]
+        out = out or [f"on {kind.value}: no open {side} (the {what} is never closed)"]
     elif kind is WaitKind.LOCK:
         owner = obj.statistics().owner
         out = [f"on {obj!r}: owned by task {holders.name(owner)!r}" if owner else f"on {obj!r}"]

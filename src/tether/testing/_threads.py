@@ -111,7 +111,7 @@ def _module_state(stack: list[types.FrameType], roots: list[object]) -> list[dic
     first = {id(f.f_globals): f.f_globals for f in stack if id(f.f_globals) not in doors}
     found = dict(first)
     for value in [*(v for d in first.values() for v in list(d.values())), *roots]:
-        if isinstance(value, types.ModuleType) and value not in _DOORS:
+        if isinstance(value, types.ModuleType):
             state = vars(value)
         elif isinstance(value, types.FunctionType):
             state = value.__globals__
@@ -281,8 +281,8 @@ def _parked_on_trio(stack: list[types.FrameType]) -> bool:
         code = frame.f_code
         if code.co_name != "_send_message_to_trio" or not code.co_filename.startswith(TRIO_DIR):
             continue
-        if index == 0:
-            return frame.f_lasti == _get_call(code)
+        if index == 0:  # blocked in the C ``SimpleQueue.get`` itself
+            return (_call_at(code, frame.f_lasti) or ("",))[0] == "get"
         inner, innermost = stack[index - 1], stack[0]
         return (
             inner.f_code.co_name == "get"
@@ -291,24 +291,6 @@ def _parked_on_trio(stack: list[types.FrameType]) -> bool:
             and innermost.f_code.co_filename == threading.__file__
         )
     return False
-
-
-_GET_CALLS: dict[types.CodeType, int | None] = {}
-
-
-def _get_call(code: types.CodeType) -> int | None:
-    """The offset of the call of ``.get`` in ``code`` (a frame blocked in that C call has it as
-    its last instruction)."""
-    if code not in _GET_CALLS:
-        found, after_get = None, False
-        for instruction in dis.get_instructions(code):
-            if instruction.argval == "get" and instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-                after_get = True
-            elif after_get and instruction.opname.startswith("CALL"):
-                found = instruction.offset
-                break
-        _GET_CALLS[code] = found
-    return _GET_CALLS[code]
 
 
 def _idle_cache_worker(thread: threading.Thread, stack: list[types.FrameType]) -> bool:

@@ -31,6 +31,16 @@ from ._threads import SeenThread, ThreadState, see_threads
 INTERNAL = ("<init>", "<TrioToken.run_sync_soon task>")
 """The run's own tasks: they run only what a thread or signal hands them."""
 
+OTHER_END = {
+    WaitKind.MEMORY_RECEIVE: "MemorySendChannel",
+    WaitKind.MEMORY_SEND: "MemoryReceiveChannel",
+    WaitKind.ANYIO_RECEIVE: "MemoryObjectSendStream",
+    WaitKind.ANYIO_SEND: "MemoryObjectReceiveStream",
+}
+"""The waits on a trio memory channel or an anyio memory object stream, each with the class of
+the end that wakes it: the two count their open ends alike, and a dropped end of either is not
+closed."""
+
 
 @attrs.frozen
 class Blocked:
@@ -280,42 +290,31 @@ def _waker(
         return "waits on an Event that is set"
     if kind in (WaitKind.EVENT, WaitKind.SEMAPHORE, WaitKind.CONDITION, WaitKind.LOT):
         return f"waits on {kind.value} that running code can reach" if obj in reach else None
-    if kind in (WaitKind.ANYIO_RECEIVE, WaitKind.ANYIO_SEND):
-        return _anyio_waker(kind, obj, reach)
+    if kind in OTHER_END:
+        return _stream_waker(kind, obj, reach)
     return _channel_waker(kind, obj, reach)
 
 
-def _anyio_waker(kind: WaitKind, stream: Any, reach: Reach) -> str | None:
-    """An anyio memory object stream's receiver wakes by a send or the last sender's close (a
-    dropped sender is not closed), a sender by a receive or the last receiver's close."""
-    state = stream._state
-    if kind is WaitKind.ANYIO_RECEIVE:
-        if state.buffer or not state.open_send_channels:
-            return "waits on an anyio memory stream that has items or no sender left"
-        other = "MemoryObjectSendStream"
-    else:
-        if not state.open_receive_channels:
-            return "sends on an anyio memory stream with no receiver left"
-        other = "MemoryObjectReceiveStream"
+def _stream_waker(kind: WaitKind, end: Any, reach: Reach) -> str | None:
+    """A receiver wakes by a send or the last sender's close, a sender by a receive or the
+    last receiver's close."""
+    state = end._state
+    trio_side = kind in (WaitKind.MEMORY_RECEIVE, WaitKind.MEMORY_SEND)
+    noun = "a memory channel" if trio_side else "an anyio memory stream"
+    receiving = kind in (WaitKind.MEMORY_RECEIVE, WaitKind.ANYIO_RECEIVE)
+    items = state.data if trio_side else state.buffer
+    if receiving and (items or not state.open_send_channels):
+        return f"waits on {noun} that has data or no sender left"
+    if not receiving and not state.open_receive_channels:
+        return f"sends on {noun} with no receiver left"
+    other = OTHER_END[kind]
     for handle in reach.handles:
         if type(handle).__name__ == other and handle._state is state and not handle._closed:
-            return f"waits on an anyio memory stream whose {other} running code holds"
+            return f"waits on {noun} whose other end running code holds"
     return None
 
 
 def _channel_waker(kind: WaitKind, obj: Any, reach: Reach) -> str | None:
-    if kind in (WaitKind.MEMORY_RECEIVE, WaitKind.MEMORY_SEND):
-        state = obj._state
-        receiving = kind is WaitKind.MEMORY_RECEIVE
-        if receiving and (state.data or not state.open_send_channels):
-            return "waits on a memory channel that has data or no sender left"
-        if not receiving and not state.open_receive_channels:
-            return "sends on a memory channel with no receiver left"
-        want = trio.MemorySendChannel if receiving else trio.MemoryReceiveChannel
-        for handle in reach.handles:
-            if type(handle) is want and handle._state is state and not handle._closed:
-                return "waits on a memory channel whose other end running code holds"
-        return None
     receiving = kind is WaitKind.TETHER_RECEIVE
     if receiving and not obj.live and not getattr(obj, "reserved", 0):
         return "waits on a tether channel with no sender left"
