@@ -165,12 +165,15 @@ async def test_a_stray_sender_clone_cannot_keep_a_superseded_harness_alive(tmp_p
         harness = start_harness(session, 3, daemon, tmp_path, TETHER_EXAMPLE_STRAY_CLONE="1")
         async with cleanup(harness, session):
             await wait_until(lambda: _tool_call_on_disk(tmp_path / f"{session}.jsonl"))
+            # The agent running, not only its call recorded: superseded between the two, the
+            # engine's spawn into its closing group raises and its frame (and the clone) goes.
+            await wait_until(lambda: count_named(session, "sleep") == 1)
             daemon.supersede.set()
             code, log, took = await _exit_code(harness)
     assert code == EXIT_SUPERSEDED, log
     assert took <= BOUND, f"took {took:.2f}s, bound {BOUND}s"
     last = log.strip().splitlines()[-1]
-    assert "command channel still held by:" in last
+    assert "command channel still held by:" in last, log
     assert re.search(r"example\.py:\d+", last), "the holder's line is not named"
     assert marked(session) == []
 
