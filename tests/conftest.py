@@ -63,6 +63,12 @@ def pytest_configure(config: pytest.Config) -> None:
         RESET_NOTE.append(f"blocked: {names}")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``early`` go first: xdist hands out tests in this order, and one of
+    tens of seconds started last keeps its worker busy after every other test has ended."""
+    items.sort(key=lambda item: item.get_closest_marker("early") is None)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     for home in MADE_HOME:  # only the process that made it (xdist's workers inherit it)
         shutil.rmtree(home, ignore_errors=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from torture import campaign
 
 SLICE = 24.0
@@ -15,6 +17,7 @@ SLICE = 24.0
 whole campaign, and each step's mechanisms are the same."""
 
 
+@pytest.mark.early
 async def test_a_slice_of_the_fault_campaign_finds_no_violation() -> None:
     seed = int(os.environ.get("TETHER_TORTURE_SEED") or campaign.fresh_seed())
     report = await campaign.run(seed, 100_000, seconds=SLICE)

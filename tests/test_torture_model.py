@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from torture import model
 
 
+@pytest.mark.early
 async def test_a_slice_of_the_model_campaign_finds_no_violation(orphans_settled: None) -> None:
     seed = int(os.environ.get("TETHER_MODEL_SEED", "1"))
     steps, found = await model.run(seed, 8.0)
