@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,37 @@ async def test_a_snapshot_stops_reading_at_its_time_budget_and_says_so() -> None
         assert "the time to read them ran out" in render(cut)
         assert snapshot(time_budget=ROOMY)["complete"] is True
         nursery.cancel_scope.cancel()
+
+
+# A program that asks for a snapshot before and after importing trio.testing, with a task in
+# wait_all_tasks_blocked the second time; prints what a harness's imports had loaded.
+LATE_TESTING = """
+import sys
+import trio
+import tether.harness, tether.inspect
+loaded = [m for m in ("pytest", "trio.testing") if m in sys.modules]
+
+async def main():
+    tether.inspect.snapshot()
+    import trio.testing
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.testing.wait_all_tasks_blocked, 100, name="idler")
+        await trio.sleep(0.1)
+        (idler,) = [t for t in tether.inspect.snapshot()["tasks"] if "idler" in t["names"]]
+        nursery.cancel_scope.cancel()
+    print(loaded, idler["wait"]["kind"])
+
+trio.run(main)
+"""
+
+
+def test_a_harness_imports_no_test_library_and_inspect_still_sees_one_imported_later() -> None:
+    """Issue 43: ``tether.harness`` imported ``trio.testing`` and with it pytest (0.1 s of CPU
+    at every harness start); a task waiting in ``wait_all_tasks_blocked`` is still named, once
+    a program imports it."""
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_TESTING], capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "idle"], done.stdout

@@ -21,7 +21,6 @@ from typing import Any
 
 import attrs
 import trio
-import trio.testing
 
 TRIO_DIR = os.path.dirname(trio.__file__)
 """Where trio's own code lives: its frames are never the line a report names."""
@@ -91,7 +90,7 @@ def _codes() -> dict[types.CodeType, WaitKind]:
         (trio.MemorySendChannel.send, WaitKind.MEMORY_SEND),
         (trio.sleep_forever, WaitKind.SLEEP),
         (getattr(trio.Nursery, "_nested_child_finished", None), WaitKind.NURSERY),
-        (trio.testing.wait_all_tasks_blocked, WaitKind.IDLE),
+        (getattr(sys.modules.get("trio.testing"), "wait_all_tasks_blocked", None), WaitKind.IDLE),
         (trio.to_thread.run_sync, WaitKind.THREAD),
         (getattr(trio.lowlevel, "wait_readable", None), WaitKind.IO),
         (getattr(trio.lowlevel, "wait_writable", None), WaitKind.IO),
@@ -112,8 +111,10 @@ _CODES: dict[types.CodeType, WaitKind] = {}
 
 
 def _known() -> dict[types.CodeType, WaitKind]:
-    """The primitives' code objects, found at the first question (trio and tether loaded)."""
-    if not _CODES:
+    """The primitives' code objects, found at the first question (trio and tether loaded), and
+    again once ``trio.testing`` is: only then can a task wait in it, and importing it here
+    cost every harness's start pytest's import (issue 43: 0.1 s of CPU a process)."""
+    if not _CODES or ("trio.testing" in sys.modules and WaitKind.IDLE not in _CODES.values()):
         _CODES.update(_codes())
     return _CODES
 
