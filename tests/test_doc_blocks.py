@@ -22,6 +22,8 @@ RUN_BY = {
     ("README.md", 2): "test_readme.py::test_readme_example_runs",
     ("README.md", 3): "test_readme.py::test_readme_example_runs",
     ("README.md", 4): "test_readme.py::test_readme_example_runs",
+    ("docs/getting-started.md", 0): "test_getting_started.py (both terminals)",
+    ("docs/getting-started.md", 1): "test_getting_started.py (both terminals)",
     ("docs/guide.md", 0): "test_guide.py::test_the_guide_s_engine_answers_a_prompt",
     ("docs/guide.md", 1): "test_guide.py::test_the_guide_s_daemon_walk_through_runs_as_printed",
     ("docs/guide.md", 2): "test_the_deadlock_examples_fail_as_printed",
