@@ -207,3 +207,11 @@ def test_help_names_each_default_once_and_the_socket_rule() -> None:
         [*TETHER, "stop", "--help"], capture_output=True, text=True, timeout=60, check=True
     )
     assert "until the next start or send" in " ".join(stop.stdout.split())
+    send = subprocess.run(
+        [*TETHER, "send", "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "(default: True)" not in send.stdout  # --no-wait's destination, not its default
+    events = subprocess.run(
+        [*TETHER, "events", "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "(default: )" not in events.stdout

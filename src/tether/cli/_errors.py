@@ -53,8 +53,9 @@ class Parser(argparse.ArgumentParser):
 
 class Formatter(argparse.RawDescriptionHelpFormatter):
     """Help with each meaningful default shown once, and descriptions and examples kept as
-    written: no default is added to a help that already names one, nor a ``None`` or a flag's
-    ``False`` (``agentd --help`` said "(default: ...) (default: None)")."""
+    written: no default is added to a help that already names one, nor a ``None`` or an
+    empty one, nor a flag's (``agentd --help`` said "(default: ...) (default: None)";
+    ``send --no-wait`` said "(default: True)", its destination's value, as if it were on)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -62,7 +63,8 @@ class Formatter(argparse.RawDescriptionHelpFormatter):
         if (
             "default" in text  # it names its default itself (or uses %(default)s)
             or default is None
-            or default is False
+            or default == ""  # events --session said "(default: )"
+            or action.nargs == 0  # a flag: its help says what giving it does
             or default is argparse.SUPPRESS
             or not (action.option_strings or action.nargs in (argparse.OPTIONAL, "*"))
         ):
