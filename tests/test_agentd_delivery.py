@@ -270,7 +270,9 @@ async def test_a_send_retried_with_its_id_is_one_prompt(directory: Path) -> None
     session = unique_session()
     sock = str(directory / "agentd.sock")
     tether = [sys.executable, "-m", "tether", "send", "--socket", sock]
-    async with running(directory) as daemon:
+    # Not reaping orphans in this process, as an embedded daemon must not (Agentd's docs): its
+    # reaper once took the given-up send's exit before trio did, which then read 0 for 75.
+    async with running(directory, reap_orphans=False) as daemon:
         await daemon.agentd.deliver(session, wire.Prompt("first", "a turn", {"steps": 20}))
         given_up = await trio.run_process(
             [*tether, "--timeout", "0.5", session, "second"], capture_stderr=True, check=False

@@ -414,8 +414,9 @@ async def test_row_5_a_second_daemon_on_the_same_store_refuses_to_start(
             assert refused.value.pid == os.getpid()
         again = await daemon.agentd.start_agent(session)
         assert (again.how, again.pid) == ("reattached", first.pid)
-    # and from the command line: exit 75, one line naming the holder
-    async with running(directory, stop=True):
+    # and from the command line: exit 75, one line naming the holder (no orphan reaping in
+    # this process meanwhile: it could take the command's exit before trio reads it)
+    async with running(directory, stop=True, reap_orphans=False):
         done = await trio.run_process(
             [*TETHER, "agentd", "--socket", str(elsewhere / "b.sock"), "--store",
              str(directory / "epochs.sqlite3")],
