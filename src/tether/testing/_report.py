@@ -206,12 +206,11 @@ def _detail(blocked: Blocked, holders: Holders) -> list[str]:
     if kind in (WaitKind.TETHER_RECEIVE, WaitKind.TETHER_SEND):
         out = _tether(kind, obj, holders)
     elif kind in OTHER_END:  # a trio memory channel's or an anyio memory stream's end
+        end = OTHER_END[kind]
         ends = [h for h in gc.get_referrers(obj._state)
-                if type(h).__name__ == OTHER_END[kind] and not h._closed]  # fmt: skip
-        side = (
-            "sender" if kind in (WaitKind.MEMORY_RECEIVE, WaitKind.ANYIO_RECEIVE) else ("receiver")
-        )
-        what = "channel" if kind in (WaitKind.MEMORY_RECEIVE, WaitKind.MEMORY_SEND) else "stream"
+                if type(h).__name__ == end.other and not h._closed]  # fmt: skip
+        side = "sender" if end.receives else "receiver"
+        what = "channel" if end.trio else "stream"
         out = [f"on {kind.value}: open {side} held by {holders.phrase(h)}" for h in ends]
         out = out or [f"on {kind.value}: no open {side} (the {what} is never closed)"]
     elif kind is WaitKind.LOCK:

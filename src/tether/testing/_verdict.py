@@ -31,15 +31,25 @@ from ._threads import SeenThread, ThreadState, see_threads
 INTERNAL = ("<init>", "<TrioToken.run_sync_soon task>")
 """The run's own tasks: they run only what a thread or signal hands them."""
 
+
+@attrs.frozen
+class MemoryEnd:
+    """A wait on a trio memory channel or an anyio memory object stream: the class of the end
+    that wakes it, whether it receives, and whether the object is trio's (else anyio's)."""
+
+    other: str
+    receives: bool
+    trio: bool
+
+
 OTHER_END = {
-    WaitKind.MEMORY_RECEIVE: "MemorySendChannel",
-    WaitKind.MEMORY_SEND: "MemoryReceiveChannel",
-    WaitKind.ANYIO_RECEIVE: "MemoryObjectSendStream",
-    WaitKind.ANYIO_SEND: "MemoryObjectReceiveStream",
+    WaitKind.MEMORY_RECEIVE: MemoryEnd("MemorySendChannel", receives=True, trio=True),
+    WaitKind.MEMORY_SEND: MemoryEnd("MemoryReceiveChannel", receives=False, trio=True),
+    WaitKind.ANYIO_RECEIVE: MemoryEnd("MemoryObjectSendStream", receives=True, trio=False),
+    WaitKind.ANYIO_SEND: MemoryEnd("MemoryObjectReceiveStream", receives=False, trio=False),
 }
-"""The waits on a trio memory channel or an anyio memory object stream, each with the class of
-the end that wakes it: the two count their open ends alike, and a dropped end of either is not
-closed."""
+"""The waits on a trio memory channel or an anyio memory object stream: the two count their
+open ends alike, and a dropped end of either is not closed."""
 
 
 @attrs.frozen
@@ -298,18 +308,15 @@ def _waker(
 def _stream_waker(kind: WaitKind, end: Any, reach: Reach) -> str | None:
     """A receiver wakes by a send or the last sender's close, a sender by a receive or the
     last receiver's close."""
-    state = end._state
-    trio_side = kind in (WaitKind.MEMORY_RECEIVE, WaitKind.MEMORY_SEND)
-    noun = "a memory channel" if trio_side else "an anyio memory stream"
-    receiving = kind in (WaitKind.MEMORY_RECEIVE, WaitKind.ANYIO_RECEIVE)
-    items = state.data if trio_side else state.buffer
-    if receiving and (items or not state.open_send_channels):
+    state, wait = end._state, OTHER_END[kind]
+    noun = "a memory channel" if wait.trio else "an anyio memory stream"
+    items = state.data if wait.trio else state.buffer
+    if wait.receives and (items or not state.open_send_channels):
         return f"waits on {noun} that has data or no sender left"
-    if not receiving and not state.open_receive_channels:
+    if not wait.receives and not state.open_receive_channels:
         return f"sends on {noun} with no receiver left"
-    other = OTHER_END[kind]
     for handle in reach.handles:
-        if type(handle).__name__ == other and handle._state is state and not handle._closed:
+        if type(handle).__name__ == wait.other and handle._state is state and not handle._closed:
             return f"waits on {noun} whose other end running code holds"
     return None
 
