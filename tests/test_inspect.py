@@ -189,7 +189,7 @@ async def main():
     import trio.testing
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trio.testing.wait_all_tasks_blocked, 100, name="idler")
-        await trio.sleep(0.1)
+        await trio.testing.wait_all_tasks_blocked()  # the idler is parked in its own wait
         (idler,) = [t for t in tether.inspect.snapshot()["tasks"] if "idler" in t["names"]]
         nursery.cancel_scope.cancel()
     print(loaded, idler["wait"]["kind"])
