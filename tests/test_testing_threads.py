@@ -266,7 +266,6 @@ def test_a_run_that_cannot_end_says_its_failure_on_stderr(pytester: pytest.Pytes
     finally:
         child.kill()
         child.wait()
-    said = [err.read_text()]
-    text = "".join(said)
+    text = err.read_text()
     assert text.startswith("tether: this test's run cannot end; it failed with"), text
     assert "on threading.Event.wait: nothing that runs reaches it" in text, text
