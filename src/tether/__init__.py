@@ -90,6 +90,8 @@ __all__ = [
     "SignalEvent",
     "SpawnError",
     "KeeperUnresponsive",
+    "ExitedInAnotherTask",
+    "FdStream",
     "SqliteEpochStore",
     "StoreInUse",
     "StoreUnavailable",
@@ -204,6 +206,8 @@ _LAYER = {
     "ToolStall": "process",
     "SpawnError": "process",
     "KeeperUnresponsive": "process",
+    "ExitedInAnotherTask": "process",
+    "FdStream": "process",
     "find_twins": "process",
     "SignalEvent": "signals",
 }
@@ -330,6 +334,8 @@ if TYPE_CHECKING:
     from .liveness import watch_turn as watch_turn
     from .process import Child as Child
     from .process import ChildGroup as ChildGroup
+    from .process import ExitedInAnotherTask as ExitedInAnotherTask
+    from .process import FdStream as FdStream
     from .process import KeeperUnresponsive as KeeperUnresponsive
     from .process import OnStall as OnStall
     from .process import PipeHolder as PipeHolder

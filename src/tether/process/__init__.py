@@ -1,5 +1,7 @@
 """Child processes and whole trees: spawn, escalate, reap, twins. Nothing survives its owner."""
 
+from .._backend import ExitedInAnotherTask as ExitedInAnotherTask
+from .._backend import FdStream as FdStream
 from .._util import reexport
 from ._activity import ToolActivity as ToolActivity
 from ._child import Child as Child
@@ -27,6 +29,8 @@ __all__ = [
     "Child",
     "ChildGroup",
     "DEFAULT_STALL_AFTER",
+    "ExitedInAnotherTask",
+    "FdStream",
     "KeeperUnresponsive",
     "OnStall",
     "PipeHolder",

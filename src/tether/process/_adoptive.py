@@ -12,7 +12,7 @@ import contextlib
 import os
 from collections.abc import Callable
 
-import trio
+import anyio
 
 from ._proc import Stat
 from ._ref import ProcessRef
@@ -28,16 +28,19 @@ class OrphanReaper:
         self.sessions = sessions
         """The sessions the group's children lead: their descendants are the group's too."""
         self.interval = interval
-        self.scope: trio.CancelScope | None = None
+        self.active = False
+        """Whether ``run`` reaps (from ``start`` to ``stop``)."""
         self._adopted: dict[int, ProcessRef] = {}
 
-    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Adopt and reap once every ``interval`` until ``scope`` is cancelled."""
-        # Its own scope: the nursery's would also cancel the body of ``async with ChildGroup``.
-        with trio.CancelScope() as self.scope:
-            task_status.started()
-            while True:
-                await trio.sleep(self.interval)
+    def start(self) -> None:
+        """Let ``run`` reap."""
+        self.active = True
+
+    async def run(self) -> None:
+        """Adopt and reap once every ``interval`` until ``stop``."""
+        while self.active:
+            await anyio.sleep(self.interval)
+            if self.active:
                 self.reap_once()
 
     def reap_once(self) -> None:
@@ -74,5 +77,5 @@ class OrphanReaper:
         return mark is not None and mark.group == self.group_id
 
     def stop(self) -> None:
-        if self.scope is not None:
-            self.scope.cancel()
+        """Reap no more (the group's teardown reaps what is left)."""
+        self.active = False

@@ -14,7 +14,7 @@ import os
 import tempfile
 from typing import IO
 
-import trio
+import anyio
 
 SPILL_AT = 16 * 1024 * 1024
 """Bytes of a stream kept in memory before it spills to a temporary file."""
@@ -46,7 +46,7 @@ class Capture:
         self.size += len(data)
         self._memory += data
         if self._file is None and len(self._memory) >= SPILL_AT:
-            self._file = await trio.to_thread.run_sync(tempfile.TemporaryFile)
+            self._file = await anyio.to_thread.run_sync(tempfile.TemporaryFile)
         if self._file is not None and len(self._memory) >= WRITE_EVERY:
             await self._flush()
 
@@ -56,7 +56,7 @@ class Capture:
             return bytes(self._memory)
         await self._flush()
         file = self._file
-        data = await trio.to_thread.run_sync(_read_all, file.fileno(), self.size)
+        data = await anyio.to_thread.run_sync(_read_all, file.fileno(), self.size)
         self.close()
         return data
 
@@ -70,7 +70,7 @@ class Capture:
     async def _flush(self) -> None:
         assert self._file is not None
         chunk, self._memory = self._memory, bytearray()
-        await trio.to_thread.run_sync(_write, self._file, chunk)
+        await anyio.to_thread.run_sync(_write, self._file, chunk)
 
 
 def _write(file: IO[bytes], chunk: bytearray) -> None:

@@ -15,8 +15,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import final
 
-import trio
+import anyio
+import anyio.lowlevel
 
+from .. import _backend
 from .._util import NoPublicConstructor
 from ._proc import pidfd_exit_status, pidfd_open
 from ._ref import ProcessRef
@@ -48,12 +50,12 @@ class Child(metaclass=NoPublicConstructor):
         self.returncode: int | None = None
         """The exit status once known: the code, or ``-signo`` if a signal killed it;
         ``None`` while it runs, and if its status was lost (``status_lost``)."""
-        self.stdin: trio.lowlevel.FdStream | None = None
-        """With ``stdin=PIPE``: the child's standard input (a ``trio.abc.SendStream``)."""
-        self.stdout: trio.lowlevel.FdStream | None = None
-        """With ``stdout=PIPE``: the child's standard output (a ``trio.abc.ReceiveStream``)."""
-        self.stderr: trio.lowlevel.FdStream | None = None
-        """With ``stderr=PIPE``: the child's standard error (a ``trio.abc.ReceiveStream``)."""
+        self.stdin: _backend.PipeStream | None = None
+        """With ``stdin=PIPE``: the child's standard input (``send_all``)."""
+        self.stdout: _backend.PipeStream | None = None
+        """With ``stdout=PIPE``: the child's standard output (``receive_some``)."""
+        self.stderr: _backend.PipeStream | None = None
+        """With ``stderr=PIPE``: the child's standard error (``receive_some``)."""
         self.pipes: dict[str, int] = {}
         """The read ends of its output pipes here, by stream name (to find their holders)."""
         self.status_lost = False
@@ -63,11 +65,11 @@ class Child(metaclass=NoPublicConstructor):
         """Called when the keeper left this child's exit unreported for ``REPORT_TIMEOUT``."""
         self._kept = kept
         """Whether the group's keeper is its parent (and reports its exit)."""
-        self._done = trio.Event()
+        self._done = anyio.Event()
         self._exit_seen: float | None = None
-        """When its pidfd said it exited (trio time)."""
+        """When its pidfd said it exited (the loop's time)."""
         self._watching = False
-        self._watch_done = trio.Event()
+        self._watch_done = anyio.Event()
         try:  # a kept child's zombie is held by the keeper until our ack: the pid is its own
             self._pidfd = pidfd_open(ref.pid)
         except ProcessLookupError:  # pragma: no cover - an unreaped child cannot vanish
@@ -128,7 +130,7 @@ class Child(metaclass=NoPublicConstructor):
         self._done.set()
         SPAWNED.pop(self.pid, None)
         if self._pidfd is not None:
-            trio.lowlevel.notify_closing(self._pidfd)  # a task in wait() sees it and re-checks
+            _backend.notify_closing(self._pidfd)  # a task in wait() sees it and re-checks
             os.close(self._pidfd)
             self._pidfd = None
 
@@ -171,12 +173,12 @@ class Child(metaclass=NoPublicConstructor):
             if self._kept:
                 await self._await_report(self._exit_seen)
             elif self.poll() is None:  # pragma: no cover - exited but not a zombie yet
-                await trio.sleep(0.005)
-        await trio.lowlevel.checkpoint()
+                await anyio.sleep(0.005)
+        await anyio.lowlevel.checkpoint()
         return self.returncode
 
     async def _await_report(self, exited_at: float) -> None:
-        with trio.move_on_at(exited_at + REPORT_TIMEOUT):
+        with anyio.CancelScope(deadline=exited_at + REPORT_TIMEOUT):
             await self._done.wait()
         if self.done:
             return
@@ -192,31 +194,31 @@ class Child(metaclass=NoPublicConstructor):
             await self._exited()
             if self._exit_seen is None or self._settle_from_kernel():
                 continue
-            late = trio.current_time() - self._exit_seen > REPORT_TIMEOUT
+            late = anyio.current_time() - self._exit_seen > REPORT_TIMEOUT
             if not (late and self._settle_from_kernel(gone=True)):
-                await trio.sleep(0.005)  # between its exit and its zombie, or its reaping
+                await anyio.sleep(0.005)  # between its exit and its zombie, or its reaping
 
     async def _exited(self) -> None:
         """Return once it has exited (``_exit_seen``), is settled, or the task that watches
         its pidfd for everyone was cancelled (then look again)."""
         if self._exit_seen is not None or self.done:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return
         if self._watching:
             await self._watch_done.wait()
             return
         self._watching = True
-        self._watch_done = trio.Event()
+        self._watch_done = anyio.Event()
         try:
             if self._pidfd is not None:
-                await trio.lowlevel.wait_readable(self._pidfd)
+                await anyio.wait_readable(self._pidfd)
             else:
                 delay = 0.001
                 while self.ref.state() not in (None, "Z"):
-                    await trio.sleep(delay)
+                    await anyio.sleep(delay)
                     delay = min(delay * 2, 0.1)
-            self._exit_seen = trio.current_time()
-        except trio.ClosedResourceError:
+            self._exit_seen = anyio.current_time()
+        except anyio.ClosedResourceError:
             pass  # another task settled the status and closed the pidfd
         finally:
             self._watching = False

@@ -1,7 +1,7 @@
 """``ChildGroup``: the children of one session and epoch, and everything they start.
 
 The group's children are spawned by a keeper (``tether._keeper``, ADR 0023), a small process
-that is their parent and child subreaper, shared by every group of the trio run (ADR 0037):
+that is their parent and child subreaper, shared by every group of the run (ADR 0037):
 every process they start stays below it, however it escapes its session, and if this process
 dies, however it dies (SIGKILL, an unhandled SIGTERM, ``os._exit``, the OOM killer), the
 keeper stops them all. It also reaps every orphan, so this
@@ -21,12 +21,14 @@ import itertools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self, final
 
-import trio
+import anyio
+import anyio.lowlevel
 
+from .. import _backend
+from .._backend import ExitedInAnotherTask
 from ._activity import ToolActivity
 from ._adoptive import OrphanReaper
 from ._child import Child
@@ -117,8 +119,11 @@ class ChildGroup:
             lambda: self._state in (GroupState.NEW, GroupState.OPEN), self._adopt_orphans,
         )  # fmt: skip
         self._reaper = OrphanReaper(self._group_id, self._sessions, reap_interval)
-        self._nursery: trio.Nursery | None = None
-        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._helpers = _backend.Helpers()
+        """The group's own tasks (its reaper, statuses after a keeper's loss): tied to no
+        task, so that any task may close the group."""
+        self._task: int | None = None
+        """The task that entered the group."""
 
     def __repr__(self) -> str:
         return (
@@ -139,9 +144,8 @@ class ChildGroup:
     async def __aenter__(self) -> Self:
         if self._state is not GroupState.NEW:
             raise RuntimeError("a ChildGroup can be entered once")
-        self._nursery_manager = trio.open_nursery()
-        self._nursery = await self._nursery_manager.__aenter__()
-        if not self._want_keeper or not await self._keepers.start(self._nursery):
+        self._task = _backend.task_id()
+        if not self._want_keeper or not await self._keepers.start(self._helpers):
             await self._adopt_orphans()
         self._state = GroupState.OPEN
         return self
@@ -152,20 +156,25 @@ class ChildGroup:
         exc_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        await _backend.shielded(self._close)
+        if _backend.task_id() != self._task:
+            raise ExitedInAnotherTask(
+                f"{self!r} was entered in one task and exited in another (an async generator's"
+                " finalizer, say); its processes were stopped, but keep `async with` in one task"
+            )
+
+    async def _close(self) -> None:
         try:
-            await self.aclose()
-        finally:
-            assert self._nursery_manager is not None
+            await self._stop_all()
+        finally:  # _stop_all failed part way: release the rest
             self._reaper.stop()
-            with trio.CancelScope(shield=True):  # aclose failed part way: release the rest
-                await self._keepers.close(self._children)
-            # The reaper never raises; the body's own exception propagates on its own.
-            await self._nursery_manager.__aexit__(None, None, None)
+            self._helpers.cancel()
+            await self._keepers.close(self._children)
 
     async def _adopt_orphans(self) -> None:
         become_subreaper()
-        assert self._nursery is not None
-        await self._nursery.start(self._reaper.run, name=f"tether orphan reaper {self.session}")
+        self._reaper.start()
+        self._helpers.start_soon(self._reaper.run, name=f"tether orphan reaper {self.session}")
 
     def _sessions(self) -> set[int]:
         return {child.pid for child in self._children}
@@ -187,10 +196,10 @@ class ChildGroup:
 
         Args:
             argv: the program and its arguments; the program is looked up on ``PATH``.
-            stdin: ``subprocess.PIPE`` (then ``child.stdin`` is a ``trio.abc.SendStream``),
+            stdin: ``subprocess.PIPE`` (then ``child.stdin`` is a stream: trio's ``FdStream``
+                under trio, ``tether.FdStream`` under asyncio),
                 ``subprocess.DEVNULL``, a descriptor, or ``None`` (this process's own).
-            stdout: the same; with ``PIPE``, ``child.stdout`` is a
-                ``trio.abc.ReceiveStream``.
+            stdout: the same; with ``PIPE``, ``child.stdout`` is such a stream.
             stderr: the same, or ``subprocess.STDOUT`` (wherever stdout goes).
             pass_fds: descriptors of ours (above 2) the child gets under the same numbers;
                 it gets no other, as under ``subprocess``.
@@ -228,7 +237,7 @@ class ChildGroup:
             if child is None:
                 pid = spawn_process(argv, full_env, directory, fds=fds)
                 child = Child._create(ProcessRef.of(pid), argv, label, self.grace)
-                await trio.lowlevel.checkpoint()
+                await anyio.lowlevel.checkpoint()
         except BaseException:
             stdio.failed()
             raise
@@ -262,9 +271,10 @@ class ChildGroup:
     ) -> RunResult:
         """Run a tool to its end, as a harness needs: its output whole, and never a hang.
 
-        Unlike ``trio.run_process`` it captures output and does not raise on a non-zero exit
-        by default (``capture_output=True, check=False``): a tool's failure is a result the
-        engine reports to the model, not an exception.
+        Unlike ``trio.run_process`` or ``asyncio.create_subprocess_exec`` it captures output
+        and does not raise on a non-zero exit by default (``capture_output=True,
+        check=False``): a tool's failure is a result the engine reports to the model, not an
+        exception.
 
         Args:
             input: bytes for its stdin (else ``/dev/null``).
@@ -333,28 +343,32 @@ class ChildGroup:
     async def aclose(self) -> None:
         """Stop every tree and reap; idempotent. Bounded by ``2 * grace + 1`` seconds, twice
         that if the keeper is lost while the group closes (its orphans are then found again
-        by their mark, wherever they went)."""
+        by their mark, wherever they went). A cancellation meanwhile, asyncio's native one
+        too, waits for its end."""
+        await _backend.shielded(self._stop_all)
+
+    async def _stop_all(self) -> None:
         if self._state is GroupState.CLOSED:
             return
         self._state = GroupState.CLOSING
         self._reaper.stop()
         leaders = [child.ref for child in self._children]
-        bound = trio.current_time() + 2 * self.grace + KILL_WAIT
-        with trio.CancelScope(deadline=bound, shield=True):  # move_on_after(shield=): trio 0.26
+        bound = anyio.current_time() + 2 * self.grace + KILL_WAIT
+        with anyio.CancelScope(deadline=bound, shield=True):
             await stop_processes(self.members, leaders, self.grace)
             # One look can miss a descendant caught mid-exec (its environment, and so its mark,
             # unreadable for an instant) or one reparented just after: look again.
             for _ in range(RECHECKS):
-                await trio.sleep(RECHECK_DELAY)
+                await anyio.sleep(RECHECK_DELAY)
                 if not self.members():
                     break
                 await stop_processes(self.members, leaders, self.grace)
         survivors = self.members()
-        with trio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
             await self._keepers.close(self._children)
         if self._keepers.lost:
-            bound = trio.current_time() + 2 * self.grace + KILL_WAIT
-            with trio.CancelScope(deadline=bound, shield=True):
+            bound = anyio.current_time() + 2 * self.grace + KILL_WAIT
+            with anyio.CancelScope(deadline=bound, shield=True):
                 survivors = set(await stop_processes(self.members, leaders, self.grace))
         for survivor in survivors:
             logger.error(

@@ -20,8 +20,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import trio
+import anyio
+import anyio.lowlevel
 
+from .. import _backend
 from .._keeper import frame, unframe
 from ._child import Child
 from ._ref import ProcessRef
@@ -64,7 +66,7 @@ class Keeper:
     def __init__(
         self,
         process: Child,
-        sock: trio.socket.SocketType,
+        sock: socket.socket,
         grace: float,
         timeout: float = KEEPER_TIMEOUT,
     ) -> None:
@@ -73,9 +75,9 @@ class Keeper:
         self.timeout = timeout
         self._sock = sock
         self._buffer = b""
-        self._lock = trio.Lock()
+        self._lock = anyio.Lock()
         self._reply: dict[str, Any] | None = None
-        self._replied = trio.Event()
+        self._replied = anyio.Event()
         self._watched: dict[int, Child] = {}
         self.alive = True
         self.on_lost: Callable[[], None] = lambda: None
@@ -105,17 +107,18 @@ class Keeper:
         finally:
             theirs.close()
         child = Child._create(ProcessRef.of(pid), argv, "keeper", grace)
-        keeper = cls(child, _trio(ours), grace)
+        ours.setblocking(False)
+        keeper = cls(child, ours, grace)
         ready = False
         try:
-            with trio.move_on_after(START_TIMEOUT):
+            with anyio.move_on_after(START_TIMEOUT):
                 frames = await keeper._read()
                 ready = frames is not None and frames[0].get("op") == "ready"
         finally:
             if not ready:  # silent, or cancelled while it starts (its run ends, say)
-                with trio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True):
                     await keeper.kill()
-                keeper._sock.close()
+                keeper._close_socket()
         if not ready:
             raise KeeperUnavailable(f"the keeper (pid {pid}) did not start within {START_TIMEOUT}s")
         return keeper
@@ -184,7 +187,7 @@ class Keeper:
         stopped wherever they went (the orphans of a keeper killed before it, say), with the
         longest ``grace`` of its groups."""
         self.grace = max(self.grace, grace)
-        with trio.move_on_after(self.timeout), contextlib.suppress(OSError):
+        with anyio.move_on_after(self.timeout), contextlib.suppress(OSError):
             await self._send({"op": "join", "group": group, "grace": grace}, [])
 
     async def release(self, group: str) -> int | None:
@@ -208,8 +211,8 @@ class Keeper:
             TimeoutError: no reply within ``timeout``: the keeper is killed.
         """
         async with self._lock:
-            self._replied = trio.Event()
-            with trio.move_on_after(self.timeout) as deadline:
+            self._replied = anyio.Event()
+            with anyio.move_on_after(self.timeout) as deadline:
                 await self._send(message, fds)
                 await self._replied.wait()
             if deadline.cancelled_caught:
@@ -225,7 +228,7 @@ class Keeper:
     async def ack(self, pid: int) -> None:
         """Tell the keeper ``pid``'s identity is known: it may reap it from now on. A keeper
         that does not take it within ``timeout`` is unresponsive (killed)."""
-        with trio.move_on_after(self.timeout) as deadline:
+        with anyio.move_on_after(self.timeout) as deadline:
             try:
                 await self._send({"op": "ack", "pid": pid}, [])
             except OSError:
@@ -253,44 +256,59 @@ class Keeper:
             logger.error("keeper pid %d is stopped at its close: killing it", self.pid)
             self.process.send_signal(signal.SIGKILL)
         elif running:
-            with trio.move_on_after(self.timeout), contextlib.suppress(OSError):
+            with anyio.move_on_after(self.timeout), contextlib.suppress(OSError):
                 await self._send({"op": "close"}, [])
-        with trio.move_on_after(bound):
+        with anyio.move_on_after(bound):
             await self.process.wait()
         if not self.process.done:
             logger.error("keeper pid %d did not exit within %.1fs; killing it", self.pid, bound)
             await self.kill()
-        self._sock.close()
+        self._close_socket()
 
     async def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
-        with trio.move_on_after(5.0):
+        with anyio.move_on_after(5.0):
             await self.process.wait()
 
     async def _send(self, message: dict[str, Any], fds: list[int]) -> None:
         data = memoryview(frame(message))
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        sent = await self._sock.sendmsg([data], ancillary)
-        while sent < len(data):
-            sent += await self._sock.send(data[sent:])
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        while data:
+            try:  # the descriptors go with the first byte
+                sent = self._sock.sendmsg([data], ancillary) if ancillary else self._sock.send(data)
+            except BlockingIOError:
+                await anyio.wait_writable(self._sock)
+                continue
+            data, ancillary = data[sent:], []
+        await anyio.lowlevel.cancel_shielded_checkpoint()
 
     async def _read(self) -> list[dict[str, Any]] | None:
         """The next whole frames (at least one), or ``None`` at end of file."""
         while True:
             frames, self._buffer = unframe(self._buffer)
             if frames:
+                await anyio.lowlevel.checkpoint()
                 return frames
             try:
-                data = await self._sock.recv(65536)
+                data = self._sock.recv(65536)
+            except BlockingIOError:
+                try:
+                    await anyio.wait_readable(self._sock)
+                except anyio.ClosedResourceError:
+                    return None
+                continue
             except OSError:
                 data = b""
             if not data:
+                await anyio.lowlevel.checkpoint()
                 return None
             self._buffer += data
 
-
-def _trio(sock: socket.socket) -> trio.socket.SocketType:
-    return trio.socket.from_stdlib_socket(sock)
+    def _close_socket(self) -> None:
+        if self._sock.fileno() >= 0:
+            _backend.notify_closing(self._sock.fileno())
+        self._sock.close()
 
 
 def _spawn(argv: list[str], sock: int) -> int:

@@ -1,4 +1,5 @@
-"""``KeeperHost``: the one keeper every ``ChildGroup`` of a trio run shares (ADR 0037).
+"""``KeeperHost``: the one keeper every ``ChildGroup`` of a run shares (ADR 0037), a trio run
+or an asyncio loop.
 
 A keeper is an interpreter of its own (~20 ms and ~10 MB to start), so one per group made the
 n-th group cost as much as the first. The host starts a keeper when a group first needs one,
@@ -14,8 +15,10 @@ import functools
 import logging
 from typing import Protocol
 
-import trio
+import anyio
+import anyio.lowlevel
 
+from .. import _backend
 from ._keeper import Keeper, KeeperUnavailable
 
 logger = logging.getLogger("tether.process")
@@ -33,21 +36,21 @@ class User(Protocol):
     def without(self) -> None: ...
 
 
-_HOST: trio.lowlevel.RunVar[KeeperHost] = trio.lowlevel.RunVar("tether_keeper")
+_HOST: anyio.lowlevel.RunVar[KeeperHost] = anyio.lowlevel.RunVar("tether_keeper")
 
 
 class KeeperHost:
-    """The keeper of this trio run's groups."""
+    """The keeper of this run's groups."""
 
     def __init__(self) -> None:
         self.current: Keeper | None = None
         self.users: list[User] = []
         """The groups using the keeper now, in the order they came."""
-        self._starting = trio.Lock()
+        self._starting = anyio.Lock()
 
     @classmethod
     def of_run(cls) -> KeeperHost:
-        """The host of the current trio run."""
+        """The host of the current run."""
         try:
             return _HOST.get()
         except LookupError:
@@ -80,7 +83,7 @@ class KeeperHost:
         keeper = await Keeper.start(max(user.grace for user in self.users))
         keeper.on_lost = functools.partial(self._lost, keeper)
         self.current = keeper
-        trio.lowlevel.spawn_system_task(self._serve, keeper, name=f"tether keeper {keeper.pid}")
+        _backend.spawn_system_task(self._serve, keeper, name=f"tether keeper {keeper.pid}")
         for user in self.users:
             await keeper.join(user.mark, user.grace)
         return keeper
@@ -89,11 +92,10 @@ class KeeperHost:
         try:
             await keeper.serve()
         finally:  # the run ends (this task is cancelled), or the keeper is gone: reap it
-            with trio.CancelScope(shield=True):
-                try:
-                    await keeper.close()
-                except Exception:  # a system task must not raise: the run would crash
-                    logger.exception("closing keeper pid %d failed", keeper.pid)
+            try:
+                await _backend.shielded(keeper.close)
+            except Exception:  # a system task must not raise: the run would crash
+                logger.exception("closing keeper pid %d failed", keeper.pid)
 
     def _lost(self, keeper: Keeper) -> None:
         """The keeper is gone. If no group uses it (the run ends, or none is open) that is
@@ -106,7 +108,7 @@ class KeeperHost:
         )
         for user in list(self.users):
             user.keeper_lost(keeper)
-        trio.lowlevel.spawn_system_task(self._replace, keeper, name="tether keeper successor")
+        _backend.spawn_system_task(self._replace, keeper, name="tether keeper successor")
 
     async def _replace(self, lost: Keeper) -> None:
         try:

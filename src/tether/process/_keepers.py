@@ -1,4 +1,4 @@
-"""``Keepers``: one group's use of the keeper its trio run shares (``KeeperHost``). If that
+"""``Keepers``: one group's use of the keeper its run shares (``KeeperHost``). If that
 keeper is killed, the host starts another; the group's children it had spawned become orphans
 elsewhere, so from then on the group also finds its processes by their mark (ADR 0031). While
 no keeper runs (between a loss and its replacement, or when none can start), the group spawns
@@ -11,8 +11,9 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-import trio
+import anyio
 
+from .. import _backend
 from ._child import REPORT_TIMEOUT, Child
 from ._keeper import Keeper, KeeperUnavailable, KeeperUnresponsive
 from ._keeper_host import KeeperHost
@@ -45,7 +46,7 @@ class Keepers:
         """Whether a keeper was ever lost: its orphans are found by their mark from then on."""
         self._is_open = is_open
         self._without = without
-        self._nursery: trio.Nursery | None = None
+        self._helpers: _backend.Helpers | None = None
         self._host: KeeperHost | None = None
         self._mine: list[Child] = []
         self._released = False
@@ -61,9 +62,10 @@ class Keepers:
         keeper = self.current
         return keeper.pid if keeper is not None and keeper.alive else None
 
-    async def start(self, nursery: trio.Nursery) -> bool:
-        """Use the run's keeper (started if none runs); whether one does."""
-        self._nursery = nursery
+    async def start(self, helpers: _backend.Helpers) -> bool:
+        """Use the run's keeper (started if none runs); whether one does. ``helpers`` runs
+        the group's tasks after the keeper's loss."""
+        self._helpers = helpers
         host = KeeperHost.of_run()
         try:
             await host.join(self)
@@ -136,15 +138,17 @@ class Keepers:
         self.lost = True
         if not self._is_open():
             return
-        assert self._nursery is not None
+        assert self._helpers is not None
         logger.error("session %s: its keeper pid %d died", self.session, keeper.pid)
         for child in self._unreported(keeper):
-            self._nursery.start_soon(child.without_keeper)
+            self._helpers.start_soon(child.without_keeper, name=f"tether status of {child.pid}")
 
     def without(self) -> None:
         """No keeper could replace the lost one: the group adopts its orphans itself."""
-        if self._is_open() and self._nursery is not None and self._host is not None:
-            self._nursery.start_soon(self._without)  # (before, ``start`` says it has none)
+        if self._is_open() and self._helpers is not None and self._host is not None:
+            self._helpers.start_soon(
+                self._without, name=f"tether reaper of {self.session}"
+            )  # (before, ``start`` says it has none)
 
     def _unreported(self, keeper: Keeper) -> list[Child]:
         mine = {id(child) for child in self._mine}
@@ -161,7 +165,7 @@ class Keepers:
         keeper = self.current
         if keeper is None or self._host is None:
             return
-        with trio.move_on_after(REPORT_WAIT):
+        with anyio.move_on_after(REPORT_WAIT):
             for child in children:
                 if not child.done and keeper.alive:
                     await child.wait()
@@ -173,6 +177,6 @@ class Keepers:
         self._released = True
         if self in self._host.users:
             self._host.users.remove(self)
-        with trio.move_on_after(REPORT_WAIT):  # they were stopped: the kernel has the rest
+        with anyio.move_on_after(REPORT_WAIT):  # they were stopped: the kernel has the rest
             for child in self._unreported(keeper):
                 await child.without_keeper()

@@ -13,8 +13,9 @@ import os
 import signal
 from collections.abc import Iterable, Mapping, Sequence
 
+import anyio
+import anyio.lowlevel
 import psutil
-import trio
 
 from ._child import Child
 from ._proc import read_stat
@@ -50,10 +51,10 @@ async def start(
         ref = ProcessRef.of(pid)
     except OSError as exc:  # no descriptor to spare to read it: it cannot be watched
         os.kill(pid, signal.SIGKILL)  # our unreaped child: the pid is still its own
-        await trio.to_thread.run_sync(os.waitpid, pid, 0)
+        await anyio.to_thread.run_sync(os.waitpid, pid, 0)
         raise SpawnError(argv[0], exc.errno or errno.EMFILE, f"{exc.strerror}; stopped") from exc
     child = Child._create(ref, argv, name or os.path.basename(argv[0]), grace)
-    await trio.lowlevel.checkpoint()
+    await anyio.lowlevel.checkpoint()
     return child
 
 

@@ -2,7 +2,7 @@
 ``trio.lowlevel.open_process`` does), turned into the descriptors the child gets and the trio
 streams this process keeps.
 
-``PIPE`` makes a pipe: the child gets one end, this process a ``trio.lowlevel.FdStream`` on the
+``PIPE`` makes a pipe: the child gets one end, this process a ``_backend.PipeStream`` on the
 other. ``DEVNULL`` is ``/dev/null``; ``STDOUT`` (for stderr) is whatever stdout is; a
 descriptor is used as it is; ``None`` is this process's own. The child's ends are closed here
 once it is spawned, so its exit (and its descendants') is what ends the streams.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-import trio
+from .. import _backend
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -28,9 +28,9 @@ class Stdio:
     def __init__(self, stdin: Spec, stdout: Spec, stderr: Spec) -> None:
         self.child_fds: dict[int, int] = {}
         """What the child gets: its descriptor number to ours (dup'ed into it at spawn)."""
-        self.stdin: trio.lowlevel.FdStream | None = None
-        self.stdout: trio.lowlevel.FdStream | None = None
-        self.stderr: trio.lowlevel.FdStream | None = None
+        self.stdin: _backend.PipeStream | None = None
+        self.stdout: _backend.PipeStream | None = None
+        self.stderr: _backend.PipeStream | None = None
         self._close_after: list[int] = []
         try:
             self._open(0, stdin)
@@ -53,7 +53,7 @@ class Stdio:
             theirs, ours = (read, write) if target == 0 else (write, read)
             self._close_after.append(theirs)
             self.child_fds[target] = theirs
-            stream = trio.lowlevel.FdStream(ours)
+            stream = _backend.fd_stream(ours)
             if target == 0:
                 self.stdin = stream
             elif target == 1:

@@ -17,10 +17,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import anyio
 import attrs
-import trio
 
-from .. import _procfs
+from .. import _backend, _procfs
 from .._clock import Clock
 from ._activity import MarkedChildren, ToolActivity, TreeProgress
 from ._capture import Capture
@@ -83,7 +83,7 @@ async def run_tool(
     run = _Run(
         group, child, mark, activity or ToolActivity(clock), threshold, policy, stalled, max_output
     )
-    deadline = math.inf if timeout is None else trio.current_time() + timeout
+    deadline = math.inf if timeout is None else anyio.current_time() + timeout
     try:
         result = attrs.evolve(await run.until_done(input, deadline, linger), timeout=timeout)
     finally:
@@ -118,7 +118,7 @@ class _Run:
         self.out = Capture(max_output)
         self.err = Capture(max_output)
         self.drained = 0
-        self.drains_done = trio.Event()
+        self.drains_done = anyio.Event()
         self.timed_out = self.stalled = False
         self.holders: list[PipeHolder] = []
         activity.tree = self._pids
@@ -154,7 +154,7 @@ class _Run:
         if not pipes:
             self.drains_done.set()
         try:
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 if input is not None and self.child.stdin is not None:
                     nursery.start_soon(self._feed, self.child.stdin, input)
                 for stream, capture in pipes:
@@ -166,12 +166,11 @@ class _Run:
                     await self._stop()
                 elif not self.child.done:
                     await self.child.wait()  # it exited; its status is bounded (Child.wait)
-                await self._linger(min(linger, max(0.0, deadline - trio.current_time())))
+                await self._linger(min(linger, max(0.0, deadline - anyio.current_time())))
                 if not self.drains_done.is_set() or self.child.stdin is not None:
                     nursery.cancel_scope.cancel()
         except BaseException:
-            with trio.CancelScope(shield=True):
-                await self._stop()
+            await _backend.shielded(self._stop)
             raise
         return RunResult(
             argv=self.child.argv,
@@ -188,17 +187,17 @@ class _Run:
         )
 
     async def _stop(self) -> None:
-        with trio.move_on_after(2 * self.group.grace + KILL_WAIT + 1.0):
+        with anyio.move_on_after(2 * self.group.grace + KILL_WAIT + 1.0):
             await stop_processes(self._tree, [self.child.ref], self.group.grace)
             await self.child.wait()
 
     async def _linger(self, linger: float) -> None:
         """The tool exited: wait for the end of its output; name and stop who keeps it open."""
-        with trio.move_on_after(linger):
+        with anyio.move_on_after(linger):
             await self.drains_done.wait()
         if self.drains_done.is_set() or not self.child.pipes:
             return
-        self.holders = await trio.to_thread.run_sync(pipe_holders, self.child.pipes)
+        self.holders = await anyio.to_thread.run_sync(pipe_holders, self.child.pipes)
         for holder in self.holders:
             logger.warning(
                 "tool %s (pid %d) exited %s, but %s: stopping it",
@@ -206,25 +205,25 @@ class _Run:
             )  # fmt: skip
         if self.holders:
             await self._stop()
-        with trio.move_on_after(KILL_WAIT):
+        with anyio.move_on_after(KILL_WAIT):
             await self.drains_done.wait()
 
-    async def _feed(self, stream: trio.lowlevel.FdStream, data: bytes) -> None:
+    async def _feed(self, stream: _backend.PipeStream, data: bytes) -> None:
         try:
             view = memoryview(data)
             for start in range(0, len(view), READ_SIZE):
                 await stream.send_all(view[start : start + READ_SIZE])
                 self.activity.advance()
             await stream.aclose()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except _backend.closed_errors():
             pass  # the tool closed its input early; what it read is what it gets
 
-    async def _drain(self, stream: trio.lowlevel.FdStream, capture: Capture, of: int) -> None:
+    async def _drain(self, stream: _backend.PipeStream, capture: Capture, of: int) -> None:
         try:
             while data := await stream.receive_some(READ_SIZE):
                 await capture.add(data)
                 self.activity.advance()
-        except trio.ClosedResourceError:
+        except _backend.closed_errors():
             pass
         self.drained += 1
         if self.drained == of:
@@ -238,9 +237,11 @@ class _Run:
         first = True
         while not self.child.done:
             # The first look comes soon, so the next one can already see a change.
-            with trio.move_on_at(min(deadline, trio.current_time() + (0.05 if first else poll))):
+            with anyio.CancelScope(
+                deadline=min(deadline, anyio.current_time() + (0.05 if first else poll))
+            ):
                 await self.child.wait()
-            if self.child.done or trio.current_time() >= deadline:
+            if self.child.done or anyio.current_time() >= deadline:
                 return
             first = False
             self.activity.look_now()

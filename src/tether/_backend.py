@@ -1,0 +1,283 @@
+"""The backend seam: what tether needs from the running event loop that anyio does not give
+alike on trio and asyncio (ADR 0053). The shared layers are written against anyio; this module
+holds the rest, once: which loop runs, tasks that no task owns, work that a native asyncio
+cancellation cannot cut short, and a non-blocking pipe as a stream. It imports nothing of
+tether's layers, and trio only when trio runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import errno
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import anyio
+import anyio.lowlevel
+import sniffio
+
+logger = logging.getLogger("tether")
+T = TypeVar("T")
+
+
+class Backend(enum.Enum):
+    """The event loops tether runs on."""
+
+    TRIO = "trio"
+    ASYNCIO = "asyncio"
+
+
+class UnsupportedBackend(RuntimeError):
+    """tether was called from an event loop it does not run on (neither trio nor asyncio)."""
+
+
+class ExitedInAnotherTask(RuntimeError):
+    """An ``async with`` of tether's was exited by another task than the one that entered it
+    (an async generator's finalizer, say). What it owns was still closed; the error names the
+    mistake that anyio and asyncio report as a corrupt cancel scope stack."""
+
+
+def current() -> Backend:
+    """The loop running this task.
+
+    Raises:
+        UnsupportedBackend: no trio or asyncio loop runs it (or another library's does).
+    """
+    try:
+        name = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        raise UnsupportedBackend("tether must be called from a trio or asyncio task") from None
+    if name == "trio":
+        return Backend.TRIO
+    if name == "asyncio":
+        return Backend.ASYNCIO
+    raise UnsupportedBackend(f"tether runs on trio and asyncio, not {name}")
+
+
+def task_id() -> int:
+    """The running task's identity (to tell that a context is exited by another task)."""
+    return anyio.get_current_task().id
+
+
+_LOOSE: set[asyncio.Task[None]] = set()
+"""The asyncio system tasks running now (the loop keeps only a weak reference to a task)."""
+
+
+def spawn_system_task(fn: Callable[..., Awaitable[object]], *args: object, name: str) -> None:
+    """Run ``fn(*args)`` beside the program, owned by no task, until it returns or the run
+    ends: a trio system task (cancelled when the main task ends), or an asyncio task (which
+    ``asyncio.run`` cancels at its end). Its exception is logged, never raised: on trio it
+    would crash the run."""
+
+    async def guarded() -> None:
+        try:
+            await fn(*args)
+        except Exception:
+            logger.exception("tether task %r failed", name)
+
+    if current() is Backend.TRIO:
+        import trio
+
+        trio.lowlevel.spawn_system_task(guarded, name=name)
+        return
+    task = asyncio.get_running_loop().create_task(guarded(), name=name)
+    _LOOSE.add(task)
+    task.add_done_callback(_LOOSE.discard)
+
+
+class Helpers:
+    """The background tasks of one object that any task may close (a ``ChildGroup`` exited by
+    an async generator's finalizer, say): each is a system task in a scope ``cancel`` ends,
+    so no task's cancel scopes are held open across the caller's code."""
+
+    def __init__(self) -> None:
+        self._scopes: set[anyio.CancelScope] = set()
+        self.cancelled = False
+
+    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: object, name: str) -> None:
+        """Run ``fn(*args)`` until it returns or ``cancel`` is called (not at all after)."""
+
+        async def scoped() -> None:
+            if self.cancelled:
+                return
+            with anyio.CancelScope() as scope:
+                self._scopes.add(scope)
+                try:
+                    await fn(*args)
+                finally:
+                    self._scopes.discard(scope)
+
+        if not self.cancelled:
+            spawn_system_task(scoped, name=name)
+
+    def cancel(self) -> None:
+        """End every task started, and start none from now on."""
+        self.cancelled = True
+        for scope in list(self._scopes):
+            scope.cancel()
+
+
+async def shielded(fn: Callable[[], Awaitable[T]]) -> T:
+    """``await fn()`` to its end whatever cancels the caller meanwhile; then the cancellation
+    goes on. On trio a shielded scope does it. On asyncio anyio's shield stops anyio's
+    cancellation but not a native one (``task.cancel()``, ``asyncio.timeout``, a sibling's
+    failure in an ``asyncio.TaskGroup``), so ``fn`` runs in a task of its own, awaited again
+    after each cancellation of the caller."""
+    if current() is Backend.TRIO:
+        with anyio.CancelScope(shield=True):
+            return await fn()
+
+    async def call() -> T:
+        return await fn()
+
+    work = asyncio.ensure_future(call())
+    cancelled: BaseException | None = None
+    while not work.done():
+        try:
+            await asyncio.wait((work,))  # cancelling the caller leaves the work running
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    result = work.result()
+    if cancelled is not None:
+        raise cancelled
+    return result
+
+
+def notify_closing(fd: int) -> None:
+    """Wake whichever task waits on ``fd`` (it gets ``anyio.ClosedResourceError``): call it
+    before closing ``fd``. Nothing when no loop runs (a finalizer): none can be waiting."""
+    with contextlib.suppress(sniffio.AsyncLibraryNotFoundError, RuntimeError):
+        anyio.notify_closing(fd)
+
+
+def closed_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a pipe stream raises once it (or its other end) is closed: anyio's, and
+    trio's while trio is imported (its ``FdStream`` raises its own)."""
+    found: tuple[type[BaseException], ...] = (
+        anyio.ClosedResourceError,
+        anyio.BrokenResourceError,
+    )
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        found += (trio.ClosedResourceError, trio.BrokenResourceError)
+    return found
+
+
+class PipeStream(Protocol):
+    """One end of a child's pipe: ``trio.lowlevel.FdStream`` under trio, ``FdStream`` under
+    asyncio; both close the descriptor they were given."""
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes: ...
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def fileno(self) -> int: ...
+
+
+def fd_stream(fd: int) -> PipeStream:
+    """A stream over ``fd`` (made non-blocking), for the loop that runs now."""
+    if current() is Backend.TRIO:
+        import trio
+
+        return trio.lowlevel.FdStream(fd)
+    return FdStream(fd)
+
+
+READ_SIZE = 65536
+
+
+class FdStream:
+    """A pipe's end under asyncio, as ``trio.lowlevel.FdStream`` is under trio: it reads with
+    ``receive_some`` (``b""`` at its end), writes with ``send_all``, and closes the descriptor
+    it was given. ``receive`` and ``send`` are the same, named as anyio's byte streams."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._closed = False
+
+    def fileno(self) -> int:
+        """The descriptor (while open)."""
+        return self._fd
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        """At most ``max_bytes`` (64 KiB if not given) once some are there; ``b""`` at the
+        end of the stream.
+
+        Raises:
+            anyio.ClosedResourceError: the stream was closed here.
+        """
+        size = READ_SIZE if max_bytes is None else max_bytes
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        while True:
+            self._check_open()
+            try:
+                data = os.read(self._fd, size)
+            except BlockingIOError:
+                await anyio.wait_readable(self._fd)
+                continue
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        """Write all of ``data``.
+
+        Raises:
+            anyio.BrokenResourceError: the reader closed its end.
+            anyio.ClosedResourceError: the stream was closed here.
+        """
+        view = memoryview(data)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        while view:
+            self._check_open()
+            try:
+                view = view[os.write(self._fd, view) :]
+            except BlockingIOError:
+                await anyio.wait_writable(self._fd)
+            except OSError as exc:
+                if exc.errno != errno.EPIPE:
+                    raise
+                raise anyio.BrokenResourceError from exc
+        await anyio.lowlevel.cancel_shielded_checkpoint()
+
+    async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
+        """As ``receive_some``, but the end of the stream raises ``anyio.EndOfStream``."""
+        data = await self.receive_some(max_bytes)
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def send(self, item: bytes) -> None:
+        """As ``send_all``."""
+        await self.send_all(item)
+
+    def close(self) -> None:
+        """Close the descriptor; a task waiting on it gets ``anyio.ClosedResourceError``."""
+        if self._closed:
+            return
+        self._closed = True
+        notify_closing(self._fd)
+        os.close(self._fd)
+
+    async def aclose(self) -> None:
+        """``close``, as a checkpoint."""
+        self.close()
+        await anyio.lowlevel.checkpoint()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            os.close(self._fd)
