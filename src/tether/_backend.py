@@ -12,10 +12,13 @@ import contextlib
 import enum
 import errno
 import logging
+import math
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from types import TracebackType
+from typing import Any, Protocol, Self, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -57,6 +60,133 @@ def current() -> Backend:
     if name == "asyncio":
         return Backend.ASYNCIO
     raise UnsupportedBackend(f"tether runs on trio and asyncio, not {name}")
+
+
+def _trio() -> Any:
+    """The trio module (imported by now: a trio run is going)."""
+    return sys.modules["trio"]
+
+
+def on_trio() -> bool:
+    """Whether trio runs this task (else asyncio: anyio's primitives serve it)."""
+    return sniffio.current_async_library() == "trio"
+
+
+# The primitives of the hot paths (a spawn, a wait, a tool run): trio's own objects under trio,
+# since anyio's wrappers cost 1 to 2 µs each there (ADR 0053), and anyio's under asyncio.
+
+
+class Event(Protocol):
+    """``trio.Event`` or ``anyio.Event``."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> None: ...
+
+
+class Scope(Protocol):
+    """``trio.CancelScope`` or ``anyio.CancelScope``."""
+
+    deadline: float
+    shield: bool
+
+    def cancel(self) -> None: ...
+
+    @property
+    def cancelled_caught(self) -> bool: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...  # fmt: skip
+
+
+class TaskGroup(Protocol):
+    """A trio nursery or an anyio task group, as entered."""
+
+    @property
+    def cancel_scope(self) -> Scope: ...
+
+    def start_soon(
+        self, fn: Callable[..., Awaitable[object]], *args: object, name: object = None
+    ) -> None: ...
+
+
+class Lock(Protocol):
+    """``trio.Lock`` or ``anyio.Lock``."""
+
+    async def __aenter__(self) -> None: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
+
+
+def event() -> Event:
+    return cast(Event, _trio().Event() if on_trio() else anyio.Event())
+
+
+def lock() -> Lock:
+    return cast(Lock, _trio().Lock() if on_trio() else anyio.Lock())
+
+
+def cancel_scope(*, deadline: float = math.inf, shield: bool = False) -> Scope:
+    if on_trio():
+        return cast(Scope, _trio().CancelScope(deadline=deadline, shield=shield))
+    return anyio.CancelScope(deadline=deadline, shield=shield)
+
+
+def move_on_after(seconds: float) -> Scope:
+    return cancel_scope(deadline=current_time() + seconds)
+
+
+def task_group() -> contextlib.AbstractAsyncContextManager[TaskGroup]:
+    opened = _trio().open_nursery() if on_trio() else anyio.create_task_group()
+    return cast("contextlib.AbstractAsyncContextManager[TaskGroup]", opened)
+
+
+def current_time() -> float:
+    return cast(float, _trio().current_time()) if on_trio() else anyio.current_time()
+
+
+async def sleep(seconds: float) -> None:
+    await (_trio().sleep(seconds) if on_trio() else anyio.sleep(seconds))
+
+
+async def checkpoint() -> None:
+    await (_trio().lowlevel.checkpoint() if on_trio() else anyio.lowlevel.checkpoint())
+
+
+async def checkpoint_if_cancelled() -> None:
+    if on_trio():
+        await _trio().lowlevel.checkpoint_if_cancelled()
+    else:
+        await anyio.lowlevel.checkpoint_if_cancelled()
+
+
+async def cancel_shielded_checkpoint() -> None:
+    if on_trio():
+        await _trio().lowlevel.cancel_shielded_checkpoint()
+    else:
+        await anyio.lowlevel.cancel_shielded_checkpoint()
+
+
+async def wait_readable(fd: int | socket.socket) -> None:
+    """Until ``fd`` is readable; ``closed_errors()`` once another task closes it."""
+    if on_trio():
+        await _trio().lowlevel.wait_readable(fd)
+    else:
+        await anyio.wait_readable(fd)
+
+
+async def wait_writable(fd: int | socket.socket) -> None:
+    """Until ``fd`` is writable; ``closed_errors()`` once another task closes it."""
+    if on_trio():
+        await _trio().lowlevel.wait_writable(fd)
+    else:
+        await anyio.wait_writable(fd)
 
 
 def task_id() -> int:
@@ -152,7 +282,10 @@ def notify_closing(fd: int) -> None:
     """Wake whichever task waits on ``fd`` (it gets ``anyio.ClosedResourceError``): call it
     before closing ``fd``. Nothing when no loop runs (a finalizer): none can be waiting."""
     with contextlib.suppress(sniffio.AsyncLibraryNotFoundError, RuntimeError):
-        anyio.notify_closing(fd)
+        if on_trio():
+            _trio().lowlevel.notify_closing(fd)
+        else:
+            anyio.notify_closing(fd)
 
 
 def closed_errors() -> tuple[type[BaseException], ...]:

@@ -12,8 +12,7 @@ import contextlib
 import os
 from collections.abc import Callable
 
-import anyio
-
+from .. import _backend
 from ._proc import Stat
 from ._ref import ProcessRef
 from ._registry import SPAWNED
@@ -39,7 +38,7 @@ class OrphanReaper:
     async def run(self) -> None:
         """Adopt and reap once every ``interval`` until ``stop``."""
         while self.active:
-            await anyio.sleep(self.interval)
+            await _backend.sleep(self.interval)
             if self.active:
                 self.reap_once()
 

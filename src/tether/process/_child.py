@@ -15,9 +15,6 @@ import os
 from collections.abc import Callable, Sequence
 from typing import final
 
-import anyio
-import anyio.lowlevel
-
 from .. import _backend
 from .._util import NoPublicConstructor
 from ._proc import pidfd_exit_status, pidfd_open
@@ -65,11 +62,11 @@ class Child(metaclass=NoPublicConstructor):
         """Called when the keeper left this child's exit unreported for ``REPORT_TIMEOUT``."""
         self._kept = kept
         """Whether the group's keeper is its parent (and reports its exit)."""
-        self._done = anyio.Event()
+        self._done = _backend.event()
         self._exit_seen: float | None = None
         """When its pidfd said it exited (the loop's time)."""
         self._watching = False
-        self._watch_done = anyio.Event()
+        self._watch_done = _backend.event()
         try:  # a kept child's zombie is held by the keeper until our ack: the pid is its own
             self._pidfd = pidfd_open(ref.pid)
         except ProcessLookupError:  # pragma: no cover - an unreaped child cannot vanish
@@ -173,12 +170,12 @@ class Child(metaclass=NoPublicConstructor):
             if self._kept:
                 await self._await_report(self._exit_seen)
             elif self.poll() is None:  # pragma: no cover - exited but not a zombie yet
-                await anyio.sleep(0.005)
-        await anyio.lowlevel.checkpoint()
+                await _backend.sleep(0.005)
+        await _backend.checkpoint()
         return self.returncode
 
     async def _await_report(self, exited_at: float) -> None:
-        with anyio.CancelScope(deadline=exited_at + REPORT_TIMEOUT):
+        with _backend.cancel_scope(deadline=exited_at + REPORT_TIMEOUT):
             await self._done.wait()
         if self.done:
             return
@@ -194,31 +191,31 @@ class Child(metaclass=NoPublicConstructor):
             await self._exited()
             if self._exit_seen is None or self._settle_from_kernel():
                 continue
-            late = anyio.current_time() - self._exit_seen > REPORT_TIMEOUT
+            late = _backend.current_time() - self._exit_seen > REPORT_TIMEOUT
             if not (late and self._settle_from_kernel(gone=True)):
-                await anyio.sleep(0.005)  # between its exit and its zombie, or its reaping
+                await _backend.sleep(0.005)  # between its exit and its zombie, or its reaping
 
     async def _exited(self) -> None:
         """Return once it has exited (``_exit_seen``), is settled, or the task that watches
         its pidfd for everyone was cancelled (then look again)."""
         if self._exit_seen is not None or self.done:
-            await anyio.lowlevel.checkpoint()
+            await _backend.checkpoint()
             return
         if self._watching:
             await self._watch_done.wait()
             return
         self._watching = True
-        self._watch_done = anyio.Event()
+        self._watch_done = _backend.event()
         try:
             if self._pidfd is not None:
-                await anyio.wait_readable(self._pidfd)
+                await _backend.wait_readable(self._pidfd)
             else:
                 delay = 0.001
                 while self.ref.state() not in (None, "Z"):
-                    await anyio.sleep(delay)
+                    await _backend.sleep(delay)
                     delay = min(delay * 2, 0.1)
-            self._exit_seen = anyio.current_time()
-        except anyio.ClosedResourceError:
+            self._exit_seen = _backend.current_time()
+        except _backend.closed_errors():
             pass  # another task settled the status and closed the pidfd
         finally:
             self._watching = False

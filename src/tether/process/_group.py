@@ -24,9 +24,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Self, final
 
-import anyio
-import anyio.lowlevel
-
 from .. import _backend
 from .._backend import ExitedInAnotherTask
 from ._activity import ToolActivity
@@ -237,7 +234,7 @@ class ChildGroup:
             if child is None:
                 pid = spawn_process(argv, full_env, directory, fds=fds)
                 child = Child._create(ProcessRef.of(pid), argv, label, self.grace)
-                await anyio.lowlevel.checkpoint()
+                await _backend.checkpoint()
         except BaseException:
             stdio.failed()
             raise
@@ -353,22 +350,22 @@ class ChildGroup:
         self._state = GroupState.CLOSING
         self._reaper.stop()
         leaders = [child.ref for child in self._children]
-        bound = anyio.current_time() + 2 * self.grace + KILL_WAIT
-        with anyio.CancelScope(deadline=bound, shield=True):
+        bound = _backend.current_time() + 2 * self.grace + KILL_WAIT
+        with _backend.cancel_scope(deadline=bound, shield=True):
             await stop_processes(self.members, leaders, self.grace)
             # One look can miss a descendant caught mid-exec (its environment, and so its mark,
             # unreadable for an instant) or one reparented just after: look again.
             for _ in range(RECHECKS):
-                await anyio.sleep(RECHECK_DELAY)
+                await _backend.sleep(RECHECK_DELAY)
                 if not self.members():
                     break
                 await stop_processes(self.members, leaders, self.grace)
         survivors = self.members()
-        with anyio.CancelScope(shield=True):
+        with _backend.cancel_scope(shield=True):
             await self._keepers.close(self._children)
         if self._keepers.lost:
-            bound = anyio.current_time() + 2 * self.grace + KILL_WAIT
-            with anyio.CancelScope(deadline=bound, shield=True):
+            bound = _backend.current_time() + 2 * self.grace + KILL_WAIT
+            with _backend.cancel_scope(deadline=bound, shield=True):
                 survivors = set(await stop_processes(self.members, leaders, self.grace))
         for survivor in survivors:
             logger.error(

@@ -20,9 +20,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import anyio
-import anyio.lowlevel
-
 from .. import _backend
 from .._keeper import frame, unframe
 from ._child import Child
@@ -75,9 +72,9 @@ class Keeper:
         self.timeout = timeout
         self._sock = sock
         self._buffer = b""
-        self._lock = anyio.Lock()
+        self._lock = _backend.lock()
         self._reply: dict[str, Any] | None = None
-        self._replied = anyio.Event()
+        self._replied = _backend.event()
         self._watched: dict[int, Child] = {}
         self.alive = True
         self.on_lost: Callable[[], None] = lambda: None
@@ -111,12 +108,12 @@ class Keeper:
         keeper = cls(child, ours, grace)
         ready = False
         try:
-            with anyio.move_on_after(START_TIMEOUT):
+            with _backend.move_on_after(START_TIMEOUT):
                 frames = await keeper._read()
                 ready = frames is not None and frames[0].get("op") == "ready"
         finally:
             if not ready:  # silent, or cancelled while it starts (its run ends, say)
-                with anyio.CancelScope(shield=True):
+                with _backend.cancel_scope(shield=True):
                     await keeper.kill()
                 keeper._close_socket()
         if not ready:
@@ -187,7 +184,7 @@ class Keeper:
         stopped wherever they went (the orphans of a keeper killed before it, say), with the
         longest ``grace`` of its groups."""
         self.grace = max(self.grace, grace)
-        with anyio.move_on_after(self.timeout), contextlib.suppress(OSError):
+        with _backend.move_on_after(self.timeout), contextlib.suppress(OSError):
             await self._send({"op": "join", "group": group, "grace": grace}, [])
 
     async def release(self, group: str) -> int | None:
@@ -211,8 +208,8 @@ class Keeper:
             TimeoutError: no reply within ``timeout``: the keeper is killed.
         """
         async with self._lock:
-            self._replied = anyio.Event()
-            with anyio.move_on_after(self.timeout) as deadline:
+            self._replied = _backend.event()
+            with _backend.move_on_after(self.timeout) as deadline:
                 await self._send(message, fds)
                 await self._replied.wait()
             if deadline.cancelled_caught:
@@ -228,7 +225,7 @@ class Keeper:
     async def ack(self, pid: int) -> None:
         """Tell the keeper ``pid``'s identity is known: it may reap it from now on. A keeper
         that does not take it within ``timeout`` is unresponsive (killed)."""
-        with anyio.move_on_after(self.timeout) as deadline:
+        with _backend.move_on_after(self.timeout) as deadline:
             try:
                 await self._send({"op": "ack", "pid": pid}, [])
             except OSError:
@@ -256,9 +253,9 @@ class Keeper:
             logger.error("keeper pid %d is stopped at its close: killing it", self.pid)
             self.process.send_signal(signal.SIGKILL)
         elif running:
-            with anyio.move_on_after(self.timeout), contextlib.suppress(OSError):
+            with _backend.move_on_after(self.timeout), contextlib.suppress(OSError):
                 await self._send({"op": "close"}, [])
-        with anyio.move_on_after(bound):
+        with _backend.move_on_after(bound):
             await self.process.wait()
         if not self.process.done:
             logger.error("keeper pid %d did not exit within %.1fs; killing it", self.pid, bound)
@@ -267,41 +264,41 @@ class Keeper:
 
     async def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
-        with anyio.move_on_after(5.0):
+        with _backend.move_on_after(5.0):
             await self.process.wait()
 
     async def _send(self, message: dict[str, Any], fds: list[int]) -> None:
         data = memoryview(frame(message))
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        await anyio.lowlevel.checkpoint_if_cancelled()
+        await _backend.checkpoint_if_cancelled()
         while data:
             try:  # the descriptors go with the first byte
                 sent = self._sock.sendmsg([data], ancillary) if ancillary else self._sock.send(data)
             except BlockingIOError:
-                await anyio.wait_writable(self._sock)
+                await _backend.wait_writable(self._sock)
                 continue
             data, ancillary = data[sent:], []
-        await anyio.lowlevel.cancel_shielded_checkpoint()
+        await _backend.cancel_shielded_checkpoint()
 
     async def _read(self) -> list[dict[str, Any]] | None:
         """The next whole frames (at least one), or ``None`` at end of file."""
         while True:
             frames, self._buffer = unframe(self._buffer)
             if frames:
-                await anyio.lowlevel.checkpoint()
+                await _backend.checkpoint()
                 return frames
             try:
                 data = self._sock.recv(65536)
             except BlockingIOError:
                 try:
-                    await anyio.wait_readable(self._sock)
-                except anyio.ClosedResourceError:
+                    await _backend.wait_readable(self._sock)
+                except _backend.closed_errors():
                     return None
                 continue
             except OSError:
                 data = b""
             if not data:
-                await anyio.lowlevel.checkpoint()
+                await _backend.checkpoint()
                 return None
             self._buffer += data
 

@@ -46,7 +46,7 @@ class KeeperHost:
         self.current: Keeper | None = None
         self.users: list[User] = []
         """The groups using the keeper now, in the order they came."""
-        self._starting = anyio.Lock()
+        self._starting = _backend.lock()
 
     @classmethod
     def of_run(cls) -> KeeperHost:

@@ -11,8 +11,6 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-import anyio
-
 from .. import _backend
 from ._child import REPORT_TIMEOUT, Child
 from ._keeper import Keeper, KeeperUnavailable, KeeperUnresponsive
@@ -165,7 +163,7 @@ class Keepers:
         keeper = self.current
         if keeper is None or self._host is None:
             return
-        with anyio.move_on_after(REPORT_WAIT):
+        with _backend.move_on_after(REPORT_WAIT):
             for child in children:
                 if not child.done and keeper.alive:
                     await child.wait()
@@ -177,6 +175,6 @@ class Keepers:
         self._released = True
         if self in self._host.users:
             self._host.users.remove(self)
-        with anyio.move_on_after(REPORT_WAIT):  # they were stopped: the kernel has the rest
+        with _backend.move_on_after(REPORT_WAIT):  # they were stopped: the kernel has the rest
             for child in self._unreported(keeper):
                 await child.without_keeper()

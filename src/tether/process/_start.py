@@ -14,9 +14,9 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 
 import anyio
-import anyio.lowlevel
 import psutil
 
+from .. import _backend
 from ._child import Child
 from ._proc import read_stat
 from ._ref import ProcessRef
@@ -54,7 +54,7 @@ async def start(
         await anyio.to_thread.run_sync(os.waitpid, pid, 0)
         raise SpawnError(argv[0], exc.errno or errno.EMFILE, f"{exc.strerror}; stopped") from exc
     child = Child._create(ref, argv, name or os.path.basename(argv[0]), grace)
-    await anyio.lowlevel.checkpoint()
+    await _backend.checkpoint()
     return child
 
 

@@ -16,8 +16,8 @@ import signal
 from collections.abc import Callable, Collection
 
 import anyio
-import anyio.lowlevel
 
+from .. import _backend
 from ._ref import ProcessRef
 from ._registry import SPAWNED
 from ._table import descendants, refs, snapshot
@@ -59,7 +59,7 @@ async def stop_processes(
             await anyio.to_thread.run_sync(_deliver_all, signals, targets, groups)
         else:
             _deliver_all(signals, targets, groups)
-        with anyio.move_on_after(wait):
+        with _backend.move_on_after(wait):
             await wait_gone(targets, reap=True)
     found = await _collect(collect, KILL_WAIT, in_thread)
     survivors = sorted(targets | _unfinished(found, targets), key=lambda ref: ref.pid)
@@ -85,16 +85,16 @@ async def _collect(
     """``collect()``, tried again every 10 ms for ``within`` seconds while the process table
     cannot be read for want of descriptors (then the targets known so far are all there is):
     a teardown is never given up for a moment of ``EMFILE``."""
-    deadline = anyio.current_time() + within
+    deadline = _backend.current_time() + within
     while True:
         try:
             return await anyio.to_thread.run_sync(collect) if in_thread else collect()
         except OSError as exc:
-            if anyio.current_time() >= deadline:
+            if _backend.current_time() >= deadline:
                 logger.warning("cannot read the process table now (%s); stopping what is known",
                                exc.strerror)  # fmt: skip
                 return set()
-        await anyio.sleep(0.01)
+        await _backend.sleep(0.01)
 
 
 def _unfinished(found: set[ProcessRef], targets: set[ProcessRef]) -> set[ProcessRef]:
@@ -136,13 +136,13 @@ async def wait_gone(targets: set[ProcessRef], *, reap: bool = False, cap: float 
         pids = {target.pid for target in targets}
         for n, target in enumerate(list(targets), 1):
             if n % _CHUNK == 0:  # thousands of targets: let the caller's other tasks run
-                await anyio.lowlevel.checkpoint()
+                await _backend.checkpoint()
             state = target.state()
             if state is None or (state == "Z" and (not reap or _reap(target, pids))):
                 targets.discard(target)
         if not targets:
             return
-        await anyio.sleep(delay)
+        await _backend.sleep(delay)
         delay = min(delay * 2, cap)
 
 

@@ -83,7 +83,7 @@ async def run_tool(
     run = _Run(
         group, child, mark, activity or ToolActivity(clock), threshold, policy, stalled, max_output
     )
-    deadline = math.inf if timeout is None else anyio.current_time() + timeout
+    deadline = math.inf if timeout is None else _backend.current_time() + timeout
     try:
         result = attrs.evolve(await run.until_done(input, deadline, linger), timeout=timeout)
     finally:
@@ -118,7 +118,7 @@ class _Run:
         self.out = Capture(max_output)
         self.err = Capture(max_output)
         self.drained = 0
-        self.drains_done = anyio.Event()
+        self.drains_done = _backend.event()
         self.timed_out = self.stalled = False
         self.holders: list[PipeHolder] = []
         activity.tree = self._pids
@@ -154,7 +154,7 @@ class _Run:
         if not pipes:
             self.drains_done.set()
         try:
-            async with anyio.create_task_group() as nursery:
+            async with _backend.task_group() as nursery:
                 if input is not None and self.child.stdin is not None:
                     nursery.start_soon(self._feed, self.child.stdin, input)
                 for stream, capture in pipes:
@@ -166,7 +166,7 @@ class _Run:
                     await self._stop()
                 elif not self.child.done:
                     await self.child.wait()  # it exited; its status is bounded (Child.wait)
-                await self._linger(min(linger, max(0.0, deadline - anyio.current_time())))
+                await self._linger(min(linger, max(0.0, deadline - _backend.current_time())))
                 if not self.drains_done.is_set() or self.child.stdin is not None:
                     nursery.cancel_scope.cancel()
         except BaseException:
@@ -187,13 +187,13 @@ class _Run:
         )
 
     async def _stop(self) -> None:
-        with anyio.move_on_after(2 * self.group.grace + KILL_WAIT + 1.0):
+        with _backend.move_on_after(2 * self.group.grace + KILL_WAIT + 1.0):
             await stop_processes(self._tree, [self.child.ref], self.group.grace)
             await self.child.wait()
 
     async def _linger(self, linger: float) -> None:
         """The tool exited: wait for the end of its output; name and stop who keeps it open."""
-        with anyio.move_on_after(linger):
+        with _backend.move_on_after(linger):
             await self.drains_done.wait()
         if self.drains_done.is_set() or not self.child.pipes:
             return
@@ -205,7 +205,7 @@ class _Run:
             )  # fmt: skip
         if self.holders:
             await self._stop()
-        with anyio.move_on_after(KILL_WAIT):
+        with _backend.move_on_after(KILL_WAIT):
             await self.drains_done.wait()
 
     async def _feed(self, stream: _backend.PipeStream, data: bytes) -> None:
@@ -237,11 +237,11 @@ class _Run:
         first = True
         while not self.child.done:
             # The first look comes soon, so the next one can already see a change.
-            with anyio.CancelScope(
-                deadline=min(deadline, anyio.current_time() + (0.05 if first else poll))
+            with _backend.cancel_scope(
+                deadline=min(deadline, _backend.current_time() + (0.05 if first else poll))
             ):
                 await self.child.wait()
-            if self.child.done or anyio.current_time() >= deadline:
+            if self.child.done or _backend.current_time() >= deadline:
                 return
             first = False
             self.activity.look_now()
