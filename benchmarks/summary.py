@@ -21,6 +21,7 @@ SCRIPTS = [
     "channels_extra",
     "process",
     "tools",
+    "loops",
     "parity",
     "journal",
     "harness",
