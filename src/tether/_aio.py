@@ -27,6 +27,8 @@ from typing import Any
 
 import trio
 
+from . import _backend
+
 # io_setup, io_destroy, io_getevents, io_submit
 _SYSCALLS = {"x86_64": (206, 207, 208, 209), "aarch64": (0, 1, 4, 2)}
 _FDSYNC = 3
@@ -181,6 +183,9 @@ class KernelSync:
         """
         if not self._ring.submit(self._list):
             return False
+        if not _backend.on_trio():
+            await self._answered_asyncio()
+            return True
         try:
             await trio.lowlevel.wait_readable(self._eventfd)
         except trio.Cancelled:  # delivered again at the caller's next checkpoint
@@ -196,6 +201,18 @@ class KernelSync:
             break
         self._check()
         return True
+
+    async def _answered_asyncio(self) -> None:
+        """Under asyncio: wait for the submitted sync's answer, a cancellation meanwhile
+        delivered at the caller's next await."""
+        while True:
+            await _backend.finish(lambda: _backend.wait_readable(self._eventfd))
+            try:
+                os.eventfd_read(self._eventfd)
+            except BlockingIOError:
+                continue
+            break
+        self._check()
 
     def _check(self) -> None:
         # The eventfd is signalled after the answer is in the ring, so a reap finds it.

@@ -258,8 +258,8 @@ async def shielded(fn: Callable[[], Awaitable[T]]) -> T:
     cancellation but not a native one (``task.cancel()``, ``asyncio.timeout``, a sibling's
     failure in an ``asyncio.TaskGroup``), so ``fn`` runs in a task of its own, awaited again
     after each cancellation of the caller."""
-    if current() is Backend.TRIO:
-        with anyio.CancelScope(shield=True):
+    if on_trio():
+        with _trio().CancelScope(shield=True):
             return await fn()
 
     async def call() -> T:
@@ -286,6 +286,42 @@ def notify_closing(fd: int) -> None:
             _trio().lowlevel.notify_closing(fd)
         else:
             anyio.notify_closing(fd)
+
+
+async def finish(wait: Callable[[], Awaitable[T]]) -> T:
+    """``await wait()`` to its end even if the caller is cancelled meanwhile; the cancellation
+    is then delivered at its next checkpoint, as trio does for work that cannot be undone (a
+    write being synced). ``wait`` must be safe to call again after a cancellation (a wait for a
+    descriptor or for a future, say), as asyncio's native cancellation interrupts it."""
+    if on_trio():
+        with _trio().CancelScope(shield=True):
+            return await wait()
+    cancelled = False
+    while True:
+        try:
+            result = await wait()
+            break
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        task = asyncio.current_task()
+        assert task is not None
+        task.uncancel()
+        task.cancel()  # the same cancellation, now at the next await
+    return result
+
+
+def cancelled_class() -> type[BaseException]:
+    """The exception a cancellation raises in this task: ``trio.Cancelled`` or
+    ``asyncio.CancelledError``."""
+    return cast("type[BaseException]", _trio().Cancelled) if on_trio() else asyncio.CancelledError
+
+
+def closed_class() -> type[Exception]:
+    """The error for using a closed resource on this loop: trio's, or anyio's."""
+    return cast(
+        "type[Exception]", _trio().ClosedResourceError if on_trio() else anyio.ClosedResourceError
+    )
 
 
 def closed_errors() -> tuple[type[BaseException], ...]:

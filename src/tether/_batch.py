@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 import outcome
-import trio
+
+from . import _backend
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -27,7 +28,7 @@ class _Waiting(Generic[T, R]):
     def __init__(self, item: T) -> None:
         self.item = item
         self.result: outcome.Outcome[R] | None = None
-        self.done: trio.Event | None = None
+        self.done: _backend.Event | None = None
 
 
 class GroupCommit(Generic[T, R]):
@@ -52,7 +53,7 @@ class GroupCommit(Generic[T, R]):
         """Commit ``item`` (with whatever else is queued) and return its result."""
         if self.committing:  # the task committing takes it in its next group
             waiting: _Waiting[T, R] = _Waiting(item)
-            waiting.done = trio.Event()
+            waiting.done = _backend.event()
             self._queue.append(waiting)
             await waiting.done.wait()
             assert waiting.result is not None
@@ -60,17 +61,17 @@ class GroupCommit(Generic[T, R]):
         self.committing = True
         joined: list[_Waiting[T, R]] = []
         try:
-            with trio.CancelScope(shield=True) if self._shield else contextlib.nullcontext():
+            with _backend.cancel_scope(shield=True) if self._shield else contextlib.nullcontext():
                 try:
                     if self._contended:  # let the tasks the last group woke join this one
                         # Two passes: trio runs a batch of tasks in either order, so in one
                         # pass this task may run before the ones it woke.
-                        await trio.lowlevel.checkpoint()
-                        await trio.lowlevel.checkpoint()
+                        await _backend.checkpoint()
+                        await _backend.checkpoint()
                     joined, self._queue = self._queue, []
                     results = await self._commit([item, *(w.item for w in joined)])
-                except (trio.Cancelled, Exception) as exc:  # Cancelled: only without the shield
-                    if isinstance(exc, trio.Cancelled):
+                except (_backend.cancelled_class(), Exception) as exc:  # only without the shield
+                    if isinstance(exc, _backend.cancelled_class()):
                         self._queue = joined + self._queue  # not begun: theirs still to do
                     else:
                         _fail(joined, exc)
@@ -90,8 +91,7 @@ class GroupCommit(Generic[T, R]):
     async def _drain_shielded(self) -> None:
         """What queued meanwhile is committed even if the committer is cancelled."""
         if self._queue:
-            with trio.CancelScope(shield=True):
-                await self._drain()
+            await _backend.shielded(self._drain)
 
     async def _drain(self) -> None:
         """Commit what queued meanwhile, group by group, until nothing is left."""

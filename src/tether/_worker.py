@@ -1,4 +1,5 @@
-"""``Worker``: one thread that runs blocking calls in order, with a cheap hop to and from trio.
+"""``Worker``: one thread that runs blocking calls in order, with a cheap hop to and from trio
+(and, under asyncio, the loop's ``call_soon_threadsafe``).
 
 ``trio.to_thread.run_sync`` costs about 80 µs a call here (a thread cache, a cancel scope, a
 limiter); a durable append or an SQLite commit costs 100 to 200 µs, so that hop alone would
@@ -14,6 +15,9 @@ order, and answers in one of two ways (ADR 0027):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import queue
 import threading
 from collections.abc import Callable
@@ -21,6 +25,8 @@ from typing import Any, Generic, TypeVar
 
 import outcome
 import trio
+
+from . import _backend
 
 T = TypeVar("T")
 
@@ -34,7 +40,7 @@ _STOP = object()
 class _Call(Generic[T]):
     """One submitted call, and how its answer reaches the caller."""
 
-    __slots__ = ("args", "done", "fn", "guard", "result", "task", "token")
+    __slots__ = ("args", "done", "fn", "guard", "result", "task", "token", "wake")
 
     def __init__(self, fn: Callable[..., T], args: tuple[Any, ...]) -> None:
         self.fn = fn
@@ -46,6 +52,8 @@ class _Call(Generic[T]):
         """Orders the worker's answer against the caller's switch to waiting in trio."""
         self.task: trio.lowlevel.Task | None = None
         self.token: trio.lowlevel.TrioToken | None = None
+        self.wake: Callable[[], object] | None = None
+        """Under asyncio: wakes the caller from the worker thread."""
 
     def answer(self) -> None:
         """Run the call (on the worker thread) and hand its outcome to the caller."""
@@ -55,6 +63,9 @@ class _Call(Generic[T]):
             self.done.release()
         if task is not None and token is not None:
             token.run_sync_soon(trio.lowlevel.reschedule, task)
+        elif self.wake is not None:
+            with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
+                self.wake()
 
     def waiting_in_trio(self) -> bool:
         """Whether the caller must wait to be rescheduled (no answer yet); after this, the
@@ -83,10 +94,10 @@ class Worker:
         worse than a write finished late. A cancellation is delivered when the call returns.
         Always a schedule point.
         """
+        if not _backend.on_trio():
+            return await self._run_asyncio(fn, args)
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
-            self._thread.start()
+        self._start()
         call = _Call(fn, args)
         self._jobs.put(call)
         if self._idle() and call.done.acquire(timeout=self.inline_wait):
@@ -97,6 +108,25 @@ class Worker:
             await trio.lowlevel.cancel_shielded_checkpoint()
         assert call.result is not None
         return call.result.unwrap()
+
+    async def _run_asyncio(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """``run`` under asyncio: the answer comes through ``call_soon_threadsafe``, and a
+        cancellation while the call runs is delivered at the caller's next await."""
+        await _backend.checkpoint_if_cancelled()
+        self._start()
+        loop = asyncio.get_running_loop()
+        answered = loop.create_future()
+        call = _Call(fn, args)
+        call.wake = functools.partial(loop.call_soon_threadsafe, _settle, answered)
+        self._jobs.put(call)
+        await _backend.finish(lambda: asyncio.shield(answered))
+        assert call.result is not None
+        return call.result.unwrap()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+            self._thread.start()
 
     def _idle(self) -> bool:
         """Whether nothing in this run would be kept waiting by a blocked trio thread: no task
@@ -119,3 +149,8 @@ class Worker:
         if self._thread is not None:
             self._jobs.put(_STOP)
             self._thread = None
+
+
+def _settle(answered: asyncio.Future[None]) -> None:
+    if not answered.done():
+        answered.set_result(None)

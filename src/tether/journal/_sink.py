@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import os
 
-import trio
-
-from .. import _aio
+from .. import _aio, _backend
 from .._aio import KernelSync
 from .._util import write_all
 from .._worker import Worker
@@ -75,10 +73,10 @@ class Sink:
         try:
             write_all(self.fd, data, tail.size)
             if not await self._sync.datasync():  # the process's AIO ring is full
-                with trio.CancelScope(shield=True):
+                with _backend.cancel_scope(shield=True):
                     await self._worker.run(_disk.datasync, self.fd)
         except OSError as exc:
-            with trio.CancelScope(shield=True):
+            with _backend.cancel_scope(shield=True):
                 await self._worker.run(_disk.cut_back, self.fd, tail)
             raise _disk.error(exc, self.path) from exc
         tail.size += len(data)

@@ -1,6 +1,6 @@
 """``Transcript``: a session's JSON-lines journal, where a tool call is durable before it runs.
 
-Every append is encoded in the trio thread, then made durable by the transcript's ``Sink``
+Every append is encoded in the loop's thread, then made durable by the transcript's ``Sink``
 (synced by the kernel's AIO, or on the transcript's own worker thread), so the run never
 waits on the disk. Concurrent appends in one process are serialized and group-committed: one
 write and one sync for everything queued while the previous one was in flight (ADR 0006, ADR
@@ -16,9 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self, TypeVar, final
 
-import trio
-import trio.lowlevel
-
+from .. import _backend
 from .._batch import GroupCommit
 from .._util import NoPublicConstructor
 from .._worker import Worker
@@ -260,11 +258,11 @@ class Transcript(metaclass=NoPublicConstructor):
         (one write and one sync for everything queued while the previous one was in flight).
         A cancel point before anything is done; after that, not cancellable (the sink's
         append finishes what it began)."""
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await _backend.checkpoint_if_cancelled()
         self._check_open()
         entries = build(self._next_seq)
         if not entries:
-            await trio.lowlevel.checkpoint()
+            await _backend.checkpoint()
             return []
         data = _disk.encode_all(entries)  # first: a value it refuses changes nothing
         self._next_seq += len(entries)
@@ -306,7 +304,7 @@ class Transcript(metaclass=NoPublicConstructor):
         """
         sink = self._sink
         assert sink is not None
-        with trio.CancelScope(shield=True):
+        with _backend.cancel_scope(shield=True):
             if where is Place.GONE:
                 try:
                     fd = await self._worker.run(_relocate.recreate, self.path, sink.fd, sink.tail)
@@ -324,7 +322,7 @@ class Transcript(metaclass=NoPublicConstructor):
 
     def _check_open(self) -> None:
         if self._sink is None:
-            raise trio.ClosedResourceError(f"transcript {self.path} is closed")
+            raise _backend.closed_class()(f"transcript {self.path} is closed")
         if self._broken is not None:
             failed = f"an earlier append failed: {self._broken.strerror}"
             raise JournalError(self._broken.errno, failed, self.path)
@@ -344,7 +342,7 @@ class Transcript(metaclass=NoPublicConstructor):
     async def aclose(self) -> None:
         """Wait for queued appends, close the file and release the lock; idempotent."""
         while self._appends.committing:
-            await trio.lowlevel.checkpoint()  # the flusher is shielded and bounded by the disk
+            await _backend.checkpoint()  # the flusher is shielded and bounded by the disk
         if self._sink is not None:
             sink, self._sink = self._sink, None
             await sink.aclose()
