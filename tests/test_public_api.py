@@ -57,6 +57,7 @@ PUBLIC = {
         "KeeperUnresponsive",
         "ExitedInAnotherTask",
         "FdStream",
+        "UnsupportedBackend",
         "ToolActivity",
         "ToolFailed",
         "ToolStall",

@@ -92,6 +92,7 @@ __all__ = [
     "KeeperUnresponsive",
     "ExitedInAnotherTask",
     "FdStream",
+    "UnsupportedBackend",
     "SqliteEpochStore",
     "StoreInUse",
     "StoreUnavailable",
@@ -208,6 +209,7 @@ _LAYER = {
     "KeeperUnresponsive": "process",
     "ExitedInAnotherTask": "process",
     "FdStream": "process",
+    "UnsupportedBackend": "process",
     "find_twins": "process",
     "SignalEvent": "signals",
 }
@@ -336,6 +338,7 @@ if TYPE_CHECKING:
     from .process import ChildGroup as ChildGroup
     from .process import ExitedInAnotherTask as ExitedInAnotherTask
     from .process import FdStream as FdStream
+    from .process import UnsupportedBackend as UnsupportedBackend
     from .process import KeeperUnresponsive as KeeperUnresponsive
     from .process import OnStall as OnStall
     from .process import PipeHolder as PipeHolder

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import trio
 
+from .. import _backend
 from ._store import StoreUnavailable
 
 RETRYABLE = frozenset({4, 14})
@@ -207,7 +208,13 @@ class EtcdClient:
         Raises:
             EtcdRefused: etcd answered and refused (its gRPC code attached).
             StoreUnavailable: no endpoint answered within the bound.
+            UnsupportedBackend: called under asyncio.
         """
+        if not _backend.on_trio():
+            raise _backend.UnsupportedBackend(
+                "EtcdEpochStore runs under trio only for now; under asyncio, SqliteEpochStore"
+                " keeps epochs, records and the outbox on one host"
+            )
         bound = self.timeout if bound is None else min(bound, self.timeout)
         deadline = trio.current_time() + bound
         limiter = self._lease_limiter if lease else self._limiter

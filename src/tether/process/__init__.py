@@ -2,6 +2,7 @@
 
 from .._backend import ExitedInAnotherTask as ExitedInAnotherTask
 from .._backend import FdStream as FdStream
+from .._backend import UnsupportedBackend as UnsupportedBackend
 from .._util import reexport
 from ._activity import ToolActivity as ToolActivity
 from ._child import Child as Child
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_STALL_AFTER",
     "ExitedInAnotherTask",
     "FdStream",
+    "UnsupportedBackend",
     "KeeperUnresponsive",
     "OnStall",
     "PipeHolder",
