@@ -229,9 +229,9 @@ async def _check(
     found += invariants.healthy_harnesses(here, watch)
     found += invariants.daemon_memory(here, watch)
     for owner in [*here.owners.values(), *here.retired]:
-        rows = watch.new(f"owner {owner.seed}", owner.results())
-        found += invariants.honest_status(rows, here, watch, f"owner {owner.seed}")
-        found += invariants.released(rows, watch, f"owner {owner.seed}")
+        rows = watch.new(owner.name, owner.results())
+        found += invariants.honest_status(rows, here, watch, owner.name)
+        found += invariants.released(rows, watch, owner.name)
     for session in here.sessions:
         rows = watch.new(session, here.received(session))
         found += invariants.honest_status(rows, here, watch, session)

@@ -131,7 +131,7 @@ def no_survivor(world: World, watch: Watch) -> list[Violation]:
             watch.count("no_survivor", len(doomed.tree))
         elif now - since > BOUND + HEADROOM:
             watch.doomed.remove(doomed)
-            found.append(("no_survivor", f"owner {doomed.owner.seed}: {sorted(left)} alive"
+            found.append(("no_survivor", f"{doomed.owner.name}: {sorted(left)} alive"
                           f" {now - since:.1f}s after it was killed"))  # fmt: skip
     return found
 
@@ -335,7 +335,7 @@ def progress(world: World, watch: Watch, sends: Iterable[dict[str, object]]) -> 
     for owner in world.owners.values():
         watch.count("progress")
         if not owner.results():
-            found.append(("progress", f"owner {owner.seed} finished no run"))
+            found.append(("progress", f"{owner.name} finished no run"))
     acked = {str(row["token"]) for s in world.sessions for row in world.received(s)
              if "token" in row}  # fmt: skip
     took = {(str(row["received"]), row["pid"]) for s in world.sessions

@@ -247,7 +247,7 @@ async def kill_owner(world: World, rng: random.Random, nursery: trio.Nursery) ->
         with contextlib.suppress(ProcessLookupError):
             os.kill(owner.process.pid, signal.SIGUSR1)
         await trio.sleep(rng.uniform(0.2, 0.8))
-    said = kill(world, owner.process.pid, f"{'deaf ' if deaf else ''}owner {owner.seed}")
+    said = kill(world, owner.process.pid, f"{'deaf ' if deaf else ''}{owner.name}")
     await trio.to_thread.run_sync(owner.process.wait)
     world.spawned.discard(owner.process.pid)
     world.retired.append(owner)

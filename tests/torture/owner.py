@@ -1,4 +1,5 @@
-"""A ``ChildGroup`` owner for the campaign: ``owner.py DIR SEED``. It runs tools in a loop,
+"""A ``ChildGroup`` owner for the campaign: ``owner.py DIR SEED LOOP``, under ``trio.run`` or
+``asyncio.run`` (LOOP: ``trio`` or ``asyncio``; the world alternates them). It runs tools in a loop,
 each ``sh`` exiting with a code it chose (some leave a ``setsid`` sleeper behind), and writes
 what it asked and what ``run`` reported to ``DIR/results.jsonl``; each tool writes its pid to
 ``DIR/<token>.pid`` and the group's keeper pid is kept in ``DIR/keeper``, so the nemesis can
@@ -9,6 +10,7 @@ sleeper; what of it is alive once that group closed is written as ``left``."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -16,6 +18,7 @@ import signal
 import sys
 import time
 
+import anyio
 import trio
 
 import tether
@@ -70,11 +73,11 @@ async def short_group(session: str, script: str, marker: str) -> list[int]:
     pid if it is still alive once that group closed (the group must have stopped it)."""
     async with tether.ChildGroup(session, 1, grace=0.2) as short:
         await short.run(["sh", "-c", DETACHED + script, marker], timeout=RUN_TIMEOUT)
-        with trio.move_on_after(2.0):
+        with anyio.move_on_after(2.0):
             while not os.path.exists(marker + ".esc"):
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
         try:
-            written = await trio.Path(marker + ".esc").read_text()
+            written = await anyio.Path(marker + ".esc").read_text()
             ident = _procfs.identity(int(written))
         except (OSError, ValueError):
             ident = None
@@ -85,4 +88,7 @@ async def short_group(session: str, script: str, marker: str) -> list[int]:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGUSR1, lambda *_: time.sleep(1.0))
-    trio.run(main, sys.argv[1], int(sys.argv[2]))
+    if sys.argv[3] == "asyncio":
+        asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    else:
+        trio.run(main, sys.argv[1], int(sys.argv[2]))

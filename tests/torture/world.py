@@ -76,10 +76,17 @@ class Owner:
     process: subprocess.Popen[bytes]
     directory: Path
     seed: int
+    loop: str = "trio"
+    """The loop it runs on: ``trio`` or ``asyncio`` (every other owner)."""
 
     @property
     def session(self) -> str:
         return f"torture-owner-{self.seed}"
+
+    @property
+    def name(self) -> str:
+        """How reports name it: ``owner 7 (asyncio)``."""
+        return f"owner {self.seed} ({self.loop})"
 
     def keeper(self) -> int | None:
         try:
@@ -141,12 +148,13 @@ class World:
         self.next_seed += 1
         directory = self.root / "owners" / f"{slot}-{self.next_seed}"
         directory.mkdir(parents=True)
+        loop = "asyncio" if self.next_seed % 2 else "trio"
         process = subprocess.Popen(
-            [sys.executable, str(HERE / "owner.py"), str(directory), str(self.next_seed)],
+            [sys.executable, str(HERE / "owner.py"), str(directory), str(self.next_seed), loop],
             stderr=subprocess.DEVNULL,
         )
         self.spawned.add(process.pid)
-        self.owners[slot] = Owner(process, directory, self.next_seed)
+        self.owners[slot] = Owner(process, directory, self.next_seed, loop)
 
     async def tether(self, *args: str, bound: float) -> tuple[int, str, str] | None:
         """Run ``tether ARGS`` against the daemon: its exit code and output, or ``None`` if it
