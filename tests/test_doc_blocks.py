@@ -22,6 +22,7 @@ RUN_BY = {
     ("README.md", 2): "test_readme.py::test_readme_example_runs",
     ("README.md", 3): "test_readme.py::test_readme_example_runs",
     ("README.md", 4): "test_readme.py::test_readme_example_runs",
+    ("docs/asyncio.md", 0): "test_process_loops.py::test_the_asyncio_page_runs_as_printed",
     ("docs/getting-started.md", 0): "test_getting_started.py (both terminals)",
     ("docs/getting-started.md", 1): "test_getting_started.py (both terminals)",
     ("docs/guide.md", 0): "test_guide.py::test_the_guide_s_engine_answers_a_prompt",

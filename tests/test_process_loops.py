@@ -5,6 +5,8 @@ killed by real signals; the asyncio programs import no trio and no anyio."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import signal
 import subprocess
 import sys
@@ -332,3 +334,20 @@ def test_an_asyncio_owner_imports_no_trio() -> None:
     """)
     done = subprocess.run(python(code), capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_the_asyncio_page_runs_as_printed(tmp_path: Path) -> None:
+    """docs/asyncio.md's program, as printed, in a fresh interpreter: what the page says it
+    prints, a transcript with the call and its result, and no process left of its session."""
+    text = (Path(__file__).parent.parent / "docs" / "asyncio.md").read_text()
+    (code,) = re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    printed = ["0 b'started\\n' ['sleep 600']", "timed out; the sleep is gone: True"]
+    assert done.stdout.splitlines() == printed
+    assert f"It prints `{printed[0]}`, then `{printed[1]}`" in text
+    entries = [json.loads(line) for line in (tmp_path / "session.jsonl").read_text().splitlines()]
+    assert [e["type"] for e in entries] == ["tool_call", "tool_result"]
+    assert not marked("s1")

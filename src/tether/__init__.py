@@ -338,7 +338,6 @@ if TYPE_CHECKING:
     from .process import ChildGroup as ChildGroup
     from .process import ExitedInAnotherTask as ExitedInAnotherTask
     from .process import FdStream as FdStream
-    from .process import UnsupportedBackend as UnsupportedBackend
     from .process import KeeperUnresponsive as KeeperUnresponsive
     from .process import OnStall as OnStall
     from .process import PipeHolder as PipeHolder
@@ -348,5 +347,6 @@ if TYPE_CHECKING:
     from .process import ToolActivity as ToolActivity
     from .process import ToolFailed as ToolFailed
     from .process import ToolStall as ToolStall
+    from .process import UnsupportedBackend as UnsupportedBackend
     from .process import find_twins as find_twins
     from .signals import SignalEvent as SignalEvent
