@@ -296,18 +296,23 @@ async def finish(wait: Callable[[], Awaitable[T]]) -> T:
     if on_trio():
         with _trio().CancelScope(shield=True):
             return await wait()
-    cancelled = False
-    while True:
+    try:
+        return await wait()
+    except asyncio.CancelledError as exc:
+        caught = exc
+    # Again in a task of its own: anyio's cancellation is delivered on every turn of the loop,
+    # and a wait retried in the cancelled task would lose each race with it.
+    work = asyncio.ensure_future(wait())
+    while not work.done():
         try:
-            result = await wait()
-            break
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        task = asyncio.current_task()
-        assert task is not None
-        task.uncancel()
-        task.cancel()  # the same cancellation, now at the next await
+            await asyncio.wait((work,))
+        except asyncio.CancelledError as exc:
+            caught = exc
+    result = work.result()
+    task = asyncio.current_task()
+    assert task is not None
+    task.uncancel()
+    task.cancel(caught.args[0] if caught.args else None)  # the same one, at the next await
     return result
 
 

@@ -89,8 +89,11 @@ class GroupCommit(Generic[T, R]):
         return results[0]
 
     async def _drain_shielded(self) -> None:
-        """What queued meanwhile is committed even if the committer is cancelled."""
-        if self._queue:
+        """What queued meanwhile is committed even if the committer is cancelled. Under
+        asyncio the drain runs in a task of its own (``shielded``): the tasks its commits woke
+        may queue more before this one resumes, so it looks again, and returns only when it
+        sees nothing queued (the caller then stops committing without yielding first)."""
+        while self._queue:
             await _backend.shielded(self._drain)
 
     async def _drain(self) -> None:
