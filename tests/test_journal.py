@@ -13,18 +13,22 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
+import anyio.lowlevel
 import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import python, tmpfs
+from loops import both_loops
 from tether import JournalError, ToolCall, ToolResult, Transcript, _aio
 from tether.journal import MAX_DEPTH, Event, Message, scan
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 
+@both_loops
 async def test_entries_round_trip_with_monotonic_seq_and_utc_timestamps(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr:
@@ -62,6 +66,7 @@ def _kernel_sync_here() -> bool:
     return sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
 
 
+@both_loops
 async def test_a_tool_call_is_on_disk_when_it_returns(tmp_path: Path, sync_path: str) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr:
@@ -82,6 +87,7 @@ def plain_jsonl(data: bytes, *, torn_tail: bool = False) -> list[dict[str, objec
     return [json.loads(line) for line in lines]
 
 
+@both_loops
 async def test_a_live_transcript_is_plain_jsonl_and_grows_with_each_append(
     tmp_path: Path, sync_path: str
 ) -> None:
@@ -100,6 +106,7 @@ async def test_a_live_transcript_is_plain_jsonl_and_grows_with_each_append(
     assert path.read_bytes() == live
 
 
+@both_loops
 async def test_a_zero_tail_left_by_a_killed_writer_is_the_end_not_damage(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr:
@@ -113,6 +120,7 @@ async def test_a_zero_tail_left_by_a_killed_writer_is_the_end_not_damage(tmp_pat
     assert [e.id for e in scan(path.read_bytes()).entries][-1] == call.id
 
 
+@both_loops
 async def test_resume_seals_every_dangling_call_with_the_reason(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr:
@@ -130,6 +138,7 @@ async def test_resume_seals_every_dangling_call_with_the_reason(tmp_path: Path) 
         assert last.reason == "SIGTERM from pid 42"
 
 
+@both_loops
 async def test_tool_result_refuses_unknown_answered_and_invalid(tmp_path: Path) -> None:
     async with await Transcript.open(tmp_path / "t.jsonl") as tr:
         call = await tr.tool_call("tool", {})
@@ -142,6 +151,7 @@ async def test_tool_result_refuses_unknown_answered_and_invalid(tmp_path: Path) 
             await tr.tool_result(call.id, None)
 
 
+@both_loops
 async def test_a_result_for_an_unknown_call_is_kept_and_reported(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -159,6 +169,7 @@ async def _write_sample(path: Path, count: int) -> list[ToolCall]:
         return [await tr.tool_call("tool", {"i": i, "pad": "x" * (i % 7)}) for i in range(count)]
 
 
+@both_loops
 async def test_a_torn_last_line_is_quarantined_byte_for_byte(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     calls = await _write_sample(path, 3)
@@ -179,6 +190,7 @@ async def test_a_torn_last_line_is_quarantined_byte_for_byte(tmp_path: Path) -> 
         assert again.repair is None
 
 
+@both_loops
 async def test_a_corrupt_middle_line_is_quarantined_alone_and_later_entries_stay(
     tmp_path: Path,
 ) -> None:
@@ -206,6 +218,7 @@ async def test_a_corrupt_middle_line_is_quarantined_alone_and_later_entries_stay
         assert again.repair is None
 
 
+@both_loops
 async def test_a_finished_call_after_a_corrupt_line_is_never_sealed_again(
     tmp_path: Path,
 ) -> None:
@@ -225,6 +238,7 @@ async def test_a_finished_call_after_a_corrupt_line_is_never_sealed_again(
         assert [(r.call_id, r.status) for r in results] == [(call.id, "ok")]
 
 
+@both_loops
 async def test_seals_say_what_happened(tmp_path: Path) -> None:
     """Issue 28: a call whose result line was damaged is ``result_lost`` (never sealed as
     interrupted: the tool ran), a call awaiting approval is never sealed, any other open call
@@ -259,6 +273,7 @@ async def test_seals_say_what_happened(tmp_path: Path) -> None:
     assert path.read_bytes() == before  # nothing left to seal: not a byte changed
 
 
+@both_loops
 async def test_a_resume_only_appends(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr:
@@ -274,6 +289,7 @@ async def test_a_resume_only_appends(tmp_path: Path) -> None:
     ]
 
 
+@both_loops
 async def test_a_prompt_is_recorded_once_and_its_id_survives_a_reopen(tmp_path: Path) -> None:
     """ADR 0034: a user message may record a prompt's id; a second record of the id is refused,
     the id is known again after a reopen, and a message without one keeps its old line."""
@@ -307,6 +323,7 @@ async def test_a_prompt_is_recorded_once_and_its_id_survives_a_reopen(tmp_path: 
         b'{"type":"event","id":"x","seq":1e999,"ts":"t","kind":"k","data":{}}',
     ],
 )
+@both_loops
 async def test_any_malformed_line_is_corruption_never_an_exception(
     tmp_path: Path, line: bytes
 ) -> None:
@@ -344,6 +361,7 @@ async def _write_sample_more(path: Path) -> None:
         )
 
 
+@both_loops
 async def test_an_entry_nested_past_the_limit_is_refused_on_write(tmp_path: Path) -> None:
     deep: dict[str, object] = {}
     inner = deep
@@ -403,6 +421,7 @@ WRITER = """
 @pytest.mark.parametrize(
     ("acks", "blob"), [(1, 200_000), (7, 200_000), (30, 200_000), (40, 100), (400, 100)]
 )
+@both_loops
 async def test_kill_9_mid_stream_keeps_every_acknowledged_call(
     tmp_path: Path, acks: int, blob: int, sync_path: str
 ) -> None:
@@ -427,9 +446,10 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_call(
             assert b"\0" not in Path(tr.repair.quarantine).read_bytes(), "zeros were damage"
 
 
+@both_loops
 async def test_concurrent_writers_in_one_process_serialize(tmp_path: Path, sync_path: str) -> None:
     path = tmp_path / "t.jsonl"
-    async with await Transcript.open(path) as tr, trio.open_nursery() as nursery:
+    async with await Transcript.open(path) as tr, anyio.create_task_group() as nursery:
         for w in range(20):
 
             async def writer(w: int = w) -> None:
@@ -442,6 +462,7 @@ async def test_concurrent_writers_in_one_process_serialize(tmp_path: Path, sync_
         assert again.repair is None
 
 
+@both_loops
 async def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     holder = subprocess.Popen(
@@ -474,6 +495,7 @@ async def test_a_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> N
             await Transcript.open(path)
 
 
+@both_loops
 async def test_the_lock_file_goes_with_its_holder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -512,6 +534,7 @@ async def test_the_lock_file_goes_with_its_holder(
     assert not lock_path.exists()
 
 
+@both_loops
 async def test_a_missing_transcript_without_create_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(JournalError) as caught:
         await Transcript.open(tmp_path / "absent.jsonl", create=False)
@@ -525,6 +548,7 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
 
 
+@both_loops
 async def test_a_full_disk_raises_journal_error_and_leaves_no_torn_line(
     tiny_disk: Path, sync_path: str
 ) -> None:
@@ -547,6 +571,7 @@ async def test_a_full_disk_raises_journal_error_and_leaves_no_torn_line(
         assert len(again.entries) == acknowledged
 
 
+@both_loops
 async def test_a_read_only_filesystem_raises_journal_error(tiny_disk: Path) -> None:
     path = tiny_disk / "t.jsonl"
     async with await Transcript.open(path) as tr:
@@ -577,6 +602,7 @@ def _fill(directory: Path, leave: int = 0) -> Path:
     return filler
 
 
+@both_loops
 async def test_a_full_disk_at_open_is_a_journal_error_and_the_lock_is_released(
     tiny_disk: Path,
 ) -> None:
@@ -592,6 +618,7 @@ async def test_a_full_disk_at_open_is_a_journal_error_and_the_lock_is_released(
         await tr.append_message("user", "space is back")
 
 
+@both_loops
 async def test_a_repair_that_runs_out_of_space_leaves_no_quarantine_file(tiny_disk: Path) -> None:
     path = tiny_disk / "t.jsonl"
     async with await Transcript.open(path) as tr:
@@ -638,6 +665,7 @@ def test_a_forked_child_appends_on_its_own_aio_ring(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not _kernel_sync_here(), reason="the kernel's AIO path is Linux x86_64/aarch64")
+@both_loops
 async def test_a_full_aio_ring_or_a_failed_kernel_sync_keep_the_journal_exact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -668,6 +696,7 @@ async def test_a_full_aio_ring_or_a_failed_kernel_sync_keep_the_journal_exact(
 
 
 @pytest.mark.skipif(not _kernel_sync_here(), reason="the kernel's AIO path is Linux x86_64/aarch64")
+@both_loops
 async def test_a_kernel_sync_cancelled_while_in_flight_is_answered_and_the_cancel_waits(
     tmp_path: Path,
 ) -> None:
@@ -679,11 +708,11 @@ async def test_a_kernel_sync_cancelled_while_in_flight_is_answered_and_the_cance
     assert sync is not None
     answered = False
     try:
-        with trio.CancelScope() as scope:
+        with anyio.CancelScope() as scope:
             scope.cancel()
             os.write(fd, b"x")
             answered = await sync.datasync()
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             pytest.fail("the cancellation was lost")
         assert answered, "the cancelled sync was abandoned"
         assert scope.cancelled_caught
@@ -693,13 +722,14 @@ async def test_a_kernel_sync_cancelled_while_in_flight_is_answered_and_the_cance
         os.close(fd)
 
 
+@both_loops
 async def test_a_cancelled_task_s_tool_call_writes_nothing_and_raises(
     tmp_path: Path, sync_path: str
 ) -> None:
     path = tmp_path / "t.jsonl"
     async with await Transcript.open(path) as tr:
         kept = await tr.tool_call("first", {})
-        with trio.CancelScope() as scope:
+        with anyio.CancelScope() as scope:
             scope.cancel()
             await tr.tool_call("never", {})
         assert scope.cancelled_caught

@@ -10,9 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import anyio
+import anyio.lowlevel
 import psutil
 import pytest
-import trio
 
 import tether
 from helpers import (
@@ -22,9 +23,9 @@ from helpers import (
     marked,
     python,
     unique_session,
-    wait_until,
     zombie_children,
 )
+from loops import both_loops, wait_until
 from tether import ChildGroup, ProcessRef, SpawnError
 from tether.process._table import marks
 
@@ -35,6 +36,7 @@ def _count_sleepers(session: str) -> int:
     return count_named(session, "sleep")
 
 
+@both_loops
 async def test_a_whole_tree_leaves_no_survivor_and_no_zombie(tmp_path: Path) -> None:
     session = unique_session()
     ready = tmp_path / "ready"
@@ -47,6 +49,7 @@ async def test_a_whole_tree_leaves_no_survivor_and_no_zombie(tmp_path: Path) -> 
     assert zombie_children() == []
 
 
+@both_loops
 async def test_sigint_comes_first_and_a_handler_exits_cleanly(tmp_path: Path) -> None:
     said = tmp_path / "said"
     async with ChildGroup(unique_session(), 1, grace=5.0) as group:
@@ -58,6 +61,7 @@ async def test_sigint_comes_first_and_a_handler_exits_cleanly(tmp_path: Path) ->
     assert child.returncode == 0
 
 
+@both_loops
 async def test_a_child_ignoring_sigint_and_sigterm_is_killed_within_the_bound(
     tmp_path: Path,
 ) -> None:
@@ -78,6 +82,7 @@ async def test_a_child_ignoring_sigint_and_sigterm_is_killed_within_the_bound(
     assert 2 * GRACE <= elapsed <= 2 * GRACE + 1.0
 
 
+@both_loops
 async def test_a_stopped_child_gets_sigcont_with_sigterm(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     code = """
@@ -94,20 +99,22 @@ async def test_a_stopped_child_gets_sigcont_with_sigterm(tmp_path: Path) -> None
     assert child.returncode == -signal.SIGTERM
 
 
+@both_loops
 async def test_cancelling_the_owner_leaves_no_survivor(tmp_path: Path) -> None:
     session = unique_session()
     ready = tmp_path / "ready"
-    with trio.CancelScope() as scope:
+    with anyio.CancelScope() as scope:
         async with ChildGroup(session, 1, grace=GRACE) as group:
             await group.spawn(python(TREE, str(ready)))
             await wait_until(lambda: ready.exists() and _count_sleepers(session) == 5)
             scope.cancel()
-            await trio.sleep_forever()
+            await anyio.sleep_forever()
     assert scope.cancelled_caught
     assert marked(session) == []
     assert zombie_children() == []
 
 
+@both_loops
 async def test_an_error_in_the_owner_leaves_no_survivor(tmp_path: Path) -> None:
     session = unique_session()
     ready = tmp_path / "ready"
@@ -124,6 +131,7 @@ async def test_an_error_in_the_owner_leaves_no_survivor(tmp_path: Path) -> None:
     assert zombie_children() == []
 
 
+@both_loops
 async def test_children_carry_the_session_and_epoch_and_a_clean_signal_state(
     tmp_path: Path,
 ) -> None:
@@ -147,6 +155,7 @@ async def test_children_carry_the_session_and_epoch_and_a_clean_signal_state(
     assert int(fields["SigIgn"], 16) & (1 << (signal.SIGPIPE - 1)) == 0, "SIGPIPE is ignored"
 
 
+@both_loops
 async def test_a_child_that_must_die_on_sigterm_does_even_if_the_parent_blocks_it(
     tmp_path: Path,
 ) -> None:
@@ -155,7 +164,7 @@ async def test_a_child_that_must_die_on_sigterm_does_even_if_the_parent_blocks_i
         async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
             child = await group.spawn(["sleep", "1000"])
             assert child.send_signal(signal.SIGTERM)
-            with trio.fail_after(5):
+            with anyio.fail_after(5):
                 assert await child.wait() == -signal.SIGTERM
             # The pitfall, shown: subprocess keeps the mask, so its child ignores SIGTERM.
             inherited = subprocess.Popen(["sleep", "1000"])
@@ -170,18 +179,19 @@ async def test_a_child_that_must_die_on_sigterm_does_even_if_the_parent_blocks_i
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
+@both_loops
 async def test_child_stop_wait_and_concurrent_waiters() -> None:
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
         child = await group.spawn(["sleep", "1000"])
         codes: list[int] = []
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             for _ in range(3):
 
                 async def waiter() -> None:
                     codes.append(await child.wait())
 
                 nursery.start_soon(waiter)
-            await trio.testing.wait_all_tasks_blocked()
+            await anyio.wait_all_tasks_blocked()
             assert await child.stop() == -signal.SIGINT
         assert codes == [-signal.SIGINT] * 3
         assert child.poll() == -signal.SIGINT
@@ -189,14 +199,15 @@ async def test_child_stop_wait_and_concurrent_waiters() -> None:
         assert "exited -2" in repr(child)
 
 
+@both_loops
 async def test_cancelled_wait_leaves_the_child_waitable() -> None:
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
         child = await group.spawn(["sleep", "1000"])
-        with trio.move_on_after(0.05):
+        with anyio.move_on_after(0.05):
             await child.wait()
         assert child.returncode is None
         child.send_signal(signal.SIGKILL)
-        with trio.fail_after(5):
+        with anyio.fail_after(5):
             assert await child.wait() == -signal.SIGKILL
 
 
@@ -219,6 +230,7 @@ def test_a_reused_pid_is_never_signalled() -> None:
         victim.wait()
 
 
+@both_loops
 async def test_twins_get_sigint_and_are_gone_before_the_new_child_starts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -284,6 +296,7 @@ def test_a_twin_is_found_the_moment_its_spawn_returns() -> None:
             proc.wait()
 
 
+@both_loops
 async def test_a_program_found_on_path_before_is_looked_up_again_once_it_is_gone(
     tmp_path: Path,
 ) -> None:
@@ -300,6 +313,7 @@ async def test_a_program_found_on_path_before_is_looked_up_again_once_it_is_gone
         assert gone.value.errno == errno.ENOENT
 
 
+@both_loops
 async def test_spawn_errors_name_the_program_and_errno(tmp_path: Path) -> None:
     script = tmp_path / "not-executable"
     script.write_text("#!/bin/sh\n")
@@ -321,6 +335,7 @@ async def test_spawn_errors_name_the_program_and_errno(tmp_path: Path) -> None:
     assert {child.pid for child in psutil.Process().children()} - before <= {keeper}
 
 
+@both_loops
 async def test_spawn_needs_an_open_group() -> None:
     group = ChildGroup(unique_session(), 1)
     with pytest.raises(RuntimeError, match="spawn inside"):
@@ -339,6 +354,7 @@ async def test_spawn_needs_an_open_group() -> None:
 
 
 @pytest.mark.parametrize("keeper", [True, False], ids=["keeper", "fallback"])
+@both_loops
 async def test_an_escaped_orphan_that_exits_early_is_reaped_while_the_group_lives(
     tmp_path: Path, keeper: bool
 ) -> None:
@@ -371,6 +387,7 @@ async def test_an_escaped_orphan_that_exits_early_is_reaped_while_the_group_live
         assert zombie_children() == []
 
 
+@both_loops
 async def test_other_code_s_children_in_the_owner_are_left_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -395,13 +412,14 @@ async def test_other_code_s_children_in_the_owner_are_left_alone(
         other.wait()
 
 
+@both_loops
 async def test_closing_the_group_from_another_task_does_not_cancel_its_owner() -> None:
     reached = False
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
         child = await group.spawn(["sleep", "1000"])
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             nursery.start_soon(group.aclose)
-        await trio.lowlevel.checkpoint()
+        await anyio.lowlevel.checkpoint()
         reached = True
     assert reached, "aclose() from another task cancelled the body of `async with ChildGroup`"
     assert child.returncode == -signal.SIGINT

@@ -14,11 +14,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import psutil
 import pytest
-import trio
 
-from helpers import python, unique_session, wait_until
+from helpers import python, unique_session
+from loops import both_loops, wait_until
 from tether import ChildGroup, ManualClock, ToolActivity, ToolFailed, ToolStall
 from tether.process import _capture
 
@@ -44,7 +45,8 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("keeper", [True, False], ids=["keeper", "no-keeper"])
-async def test_spawn_with_pipes_gives_trio_streams(keeper: bool) -> None:
+@both_loops
+async def test_spawn_with_pipes_gives_streams(keeper: bool) -> None:
     async with group(keeper) as children:
         child = await children.spawn(
             ["sh", "-c", "cat; echo err >&2"],
@@ -63,6 +65,7 @@ async def test_spawn_with_pipes_gives_trio_streams(keeper: bool) -> None:
         assert await child.wait() == 0
 
 
+@both_loops
 async def test_stderr_to_stdout_devnull_and_a_descriptor(tmp_path: Path) -> None:
     async with group() as children:
         merged = await children.spawn(
@@ -90,6 +93,7 @@ async def test_stderr_to_stdout_devnull_and_a_descriptor(tmp_path: Path) -> None
 # -- run -----------------------------------------------------------------------------------------
 
 
+@both_loops
 async def test_run_returns_the_code_and_both_streams() -> None:
     async with group() as children:
         result = await children.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
@@ -100,6 +104,7 @@ async def test_run_returns_the_code_and_both_streams() -> None:
     assert result.failed
 
 
+@both_loops
 async def test_ten_mib_out_and_in_are_whole() -> None:
     size = 10 * 1024 * 1024
     async with group() as children:
@@ -120,6 +125,7 @@ async def test_ten_mib_out_and_in_are_whole() -> None:
     ],
     ids=["setsid", "stderr-only", "nohup"],
 )
+@both_loops
 async def test_a_grandchild_holding_the_pipes_is_named_and_stopped(
     script: str, stream: str
 ) -> None:
@@ -151,6 +157,7 @@ print(sorted(fds))
 
 
 @pytest.mark.parametrize("keeper", [True, False], ids=["keeper", "no-keeper"])
+@both_loops
 async def test_a_tool_gets_its_stdio_and_what_is_passed_only(keeper: bool) -> None:
     """Issue 29: descriptors this process left inheritable (a library's, an inherited one) are
     not the tool's, nor are duplicates of its pipes; ``pass_fds`` passes some, as in
@@ -171,6 +178,7 @@ async def test_a_tool_gets_its_stdio_and_what_is_passed_only(keeper: bool) -> No
     assert passed.stdout == f"[0, 1, 2, {write}]\n".encode()
 
 
+@both_loops
 async def test_a_grandchild_with_its_stdio_elsewhere_holds_nothing() -> None:
     """Issue 29: a background job whose stdio all goes to ``/dev/null`` does not hold the
     tool's pipes (it held duplicates of them, and was named a holder and stopped)."""
@@ -186,6 +194,7 @@ async def test_a_grandchild_with_its_stdio_elsewhere_holds_nothing() -> None:
             os.kill(job, 9)
 
 
+@both_loops
 async def test_a_timeout_stops_a_tree_that_ignores_sigint_and_sigterm() -> None:
     stubborn = """
         import signal, subprocess, time
@@ -205,6 +214,7 @@ async def test_a_timeout_stops_a_tree_that_ignores_sigint_and_sigterm() -> None:
         assert "timed out after 1 s" in result.reason()
 
 
+@both_loops
 async def test_a_stalled_sleep_is_announced_with_what_it_waits_on_and_stopped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -235,6 +245,7 @@ async def test_a_stalled_sleep_is_announced_with_what_it_waits_on_and_stopped(
     assert "threshold 1s" in caplog.text
 
 
+@both_loops
 async def test_a_busy_loop_is_never_stalled_only_timed_out() -> None:
     async with group() as children:
         result = await children.run(
@@ -244,6 +255,7 @@ async def test_a_busy_loop_is_never_stalled_only_timed_out() -> None:
     assert not result.stalled
 
 
+@both_loops
 async def test_a_slow_spawn_is_not_the_tool_s_silence() -> None:
     """Issue 40, a fresh torture seed: a spawn held up 1.5 s (its keeper SIGSTOPped; a loaded
     host does the same) made a tool stalled the moment it started, and it was SIGINTed."""
@@ -254,7 +266,7 @@ async def test_a_slow_spawn_is_not_the_tool_s_silence() -> None:
         assert keeper is not None
         os.kill(keeper, signal.SIGSTOP)
         try:
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(_continue_after, keeper, 1.5)
                 result = await children.run(["sleep", "0.3"], stall_after=1.0, activity=activity)
         finally:
@@ -263,10 +275,11 @@ async def test_a_slow_spawn_is_not_the_tool_s_silence() -> None:
 
 
 async def _continue_after(pid: int, seconds: float) -> None:
-    await trio.sleep(seconds)  # the fault's length
+    await anyio.sleep(seconds)  # the fault's length
     os.kill(pid, signal.SIGCONT)
 
 
+@both_loops
 async def test_a_tool_that_keeps_printing_is_never_stalled() -> None:
     printer = "import time\nfor i in range(8):\n    print(i, flush=True)\n    time.sleep(0.5)"
     async with group() as children:
@@ -279,12 +292,13 @@ async def test_a_tool_that_keeps_printing_is_never_stalled() -> None:
     assert result.max_silence < 3.0
 
 
+@both_loops
 async def test_host_sleep_is_not_silence() -> None:
     """An injected clock: the host sleeps an hour (awake time does not move) and the tool is
     not stalled; awake time past the threshold stalls it."""
     clock = ManualClock()
     activity = ToolActivity(clock)
-    async with group() as children, trio.open_nursery() as nursery:
+    async with group() as children, anyio.create_task_group() as nursery:
         results = []
 
         async def run() -> None:
@@ -293,17 +307,18 @@ async def test_host_sleep_is_not_silence() -> None:
         nursery.start_soon(run)
         await wait_until(lambda: len(children.children) == 1)
         clock.suspend(3600.0)
-        await trio.sleep(1.0)  # two polls' worth of real time: nothing may happen
+        await anyio.sleep(1.0)  # two polls' worth of real time: nothing may happen
         assert not results
         clock.advance(5.5)
-        with trio.fail_after(10):
+        with anyio.fail_after(10):
             while not results:
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
     (result,) = results
     assert result.stalled
     assert result.max_silence == pytest.approx(5.5)
 
 
+@both_loops
 async def test_announce_keeps_waiting_and_check_raises_with_the_result() -> None:
     async with group() as children:
         result = await children.run(
@@ -317,15 +332,17 @@ async def test_announce_keeps_waiting_and_check_raises_with_the_result() -> None
         assert failed.value.result.returncode == 4
 
 
+@both_loops
 async def test_cancelling_a_run_stops_the_tool_s_tree(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     async with group() as children:
-        with trio.move_on_after(0.5):
+        with anyio.move_on_after(0.5):
             await children.run(["sh", "-c", f"sleep 600 & echo $! > {pidfile}; wait"])
         pid = int(pidfile.read_text())
         assert not alive(pid)
 
 
+@both_loops
 async def test_endless_output_is_kept_up_to_max_output_and_the_rest_counted() -> None:
     """``yes`` always advances, so only its timeout ends it; it must not take our memory."""
     async with group() as children:
@@ -335,6 +352,7 @@ async def test_endless_output_is_kept_up_to_max_output_and_the_rest_counted() ->
     assert result.dropped > 0
 
 
+@both_loops
 async def test_output_past_the_spill_size_waits_on_disk_and_comes_back_whole(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -8,11 +8,12 @@ import os
 import time
 from pathlib import Path
 
+import anyio
 import pytest
-import trio
 
 import tether.process._start
-from helpers import python, unique_session, wait_until, zombie_children
+from helpers import python, unique_session, zombie_children
+from loops import both_loops, wait_until
 from tether.process import (
     ProcessRef,
     SpawnError,
@@ -34,6 +35,7 @@ STUBBORN = """
 """
 
 
+@both_loops
 async def test_start_redirects_output_and_detaches_stdin(tmp_path: Path) -> None:
     log = tmp_path / "out.log"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -51,6 +53,7 @@ async def test_start_redirects_output_and_detaches_stdin(tmp_path: Path) -> None
     assert log.read_text().split() == ["True", "True", "to", "stderr"]
 
 
+@both_loops
 async def test_stop_trees_stops_every_tree_in_one_escalation(tmp_path: Path) -> None:
     ready = [tmp_path / f"ready-{i}" for i in range(3)]
     children = [await start(python(STUBBORN, str(path)), grace=GRACE) for path in ready]
@@ -73,6 +76,7 @@ def test_reap_takes_the_status_of_a_zombie_child_no_child_object_holds() -> None
     assert ref.state() is None
 
 
+@both_loops
 async def test_reap_orphans_reaps_only_zombies_no_child_answers_for() -> None:
     mine = await start(python("raise SystemExit(4)"))
     stray = spawn_process(python("raise SystemExit(6)"), dict(os.environ), None)
@@ -81,6 +85,7 @@ async def test_reap_orphans_reaps_only_zombies_no_child_answers_for() -> None:
     assert await mine.wait() == 4  # its status was left to its Child
 
 
+@both_loops
 async def test_find_twins_by_epoch(tmp_path: Path) -> None:
     session = unique_session()
     env = {**os.environ, "TETHER_SESSION": session}
@@ -97,9 +102,10 @@ async def test_find_twins_by_epoch(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("code", [0, 1, 255])
+@both_loops
 async def test_start_passes_exit_codes(code: int) -> None:
     child = await start(python(f"raise SystemExit({code})"))
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         assert await child.wait() == code
 
 
@@ -107,6 +113,7 @@ def _no_descriptors(*_: object, **__: object) -> None:
     raise OSError(errno.EMFILE, "Too many open files")
 
 
+@both_loops
 async def test_issue_26_a_process_unreadable_for_want_of_descriptors_is_not_gone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -118,6 +125,7 @@ async def test_issue_26_a_process_unreadable_for_want_of_descriptors_is_not_gone
     assert (gone.state(), gone.is_alive()) == (None, False)
 
 
+@both_loops
 async def test_issue_26_a_child_that_cannot_be_watched_is_stopped_and_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,0 +1,38 @@
+"""Tests on both loops: ``both_loops`` runs an ``async def`` test under ``trio.run`` and under
+asyncio (``anyio.run`` with each backend), with the same assertions; its body waits with
+anyio's functions, which work on either."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+LOOPS = ("trio", "asyncio")
+
+
+def both_loops(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """``test`` as a plain test with a ``loop`` parameter, run once under each loop (its
+    other parameters, fixtures included, are passed through)."""
+
+    def run(loop: str, **kwargs: Any) -> None:
+        anyio.run(functools.partial(test, **kwargs), backend=loop)
+
+    functools.update_wrapper(run, test)
+    del run.__wrapped__  # pytest reads the signature below, not the test's
+    signature = inspect.signature(test)
+    loop = inspect.Parameter("loop", inspect.Parameter.KEYWORD_ONLY, annotation=str)
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in signature.parameters.values()]
+    run.__signature__ = signature.replace(parameters=[loop, *params])  # type: ignore[attr-defined]
+    return pytest.mark.parametrize("loop", LOOPS)(run)
+
+
+async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds, on either loop; fail after ``timeout`` seconds."""
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.005)
