@@ -7,7 +7,6 @@ tether's layers, and trio only when trio runs.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
 import errno
@@ -18,11 +17,14 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
 import sniffio
+
+if TYPE_CHECKING:  # asyncio is imported when it runs: a trio program never pays for it
+    import asyncio
 
 logger = logging.getLogger("tether")
 T = TypeVar("T")
@@ -215,6 +217,8 @@ def spawn_system_task(fn: Callable[..., Awaitable[object]], *args: object, name:
 
         trio.lowlevel.spawn_system_task(guarded, name=name)
         return
+    import asyncio
+
     task = asyncio.get_running_loop().create_task(guarded(), name=name)
     _LOOSE.add(task)
     task.add_done_callback(_LOOSE.discard)
@@ -262,6 +266,8 @@ async def shielded(fn: Callable[[], Awaitable[T]]) -> T:
         with _trio().CancelScope(shield=True):
             return await fn()
 
+    import asyncio
+
     async def call() -> T:
         return await fn()
 
@@ -296,6 +302,8 @@ async def finish(wait: Callable[[], Awaitable[T]]) -> T:
     if on_trio():
         with _trio().CancelScope(shield=True):
             return await wait()
+    import asyncio
+
     try:
         return await wait()
     except asyncio.CancelledError as exc:
@@ -319,7 +327,11 @@ async def finish(wait: Callable[[], Awaitable[T]]) -> T:
 def cancelled_class() -> type[BaseException]:
     """The exception a cancellation raises in this task: ``trio.Cancelled`` or
     ``asyncio.CancelledError``."""
-    return cast("type[BaseException]", _trio().Cancelled) if on_trio() else asyncio.CancelledError
+    if on_trio():
+        return cast("type[BaseException]", _trio().Cancelled)
+    import asyncio
+
+    return asyncio.CancelledError
 
 
 def closed_class() -> type[Exception]:

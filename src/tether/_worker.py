@@ -15,18 +15,20 @@ order, and answers in one of two ways (ADR 0027):
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import outcome
 import trio
 
 from . import _backend
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 
@@ -112,6 +114,8 @@ class Worker:
     async def _run_asyncio(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         """``run`` under asyncio: the answer comes through ``call_soon_threadsafe``, and a
         cancellation while the call runs is delivered at the caller's next await."""
+        import asyncio
+
         await _backend.checkpoint_if_cancelled()
         self._start()
         loop = asyncio.get_running_loop()
