@@ -13,13 +13,15 @@ import textwrap
 import time
 from pathlib import Path
 
+import anyio
 import attrs
 import psutil
 import pytest
-import trio
+import sniffio
 
 import tether.process._ref
-from helpers import python, reap_zombie_children, unique_session, wait_until, zombie_children
+from helpers import python, reap_zombie_children, unique_session, zombie_children
+from loops import LOOPS, both_loops, wait_until
 from tether import ChildGroup, KeeperUnresponsive, RunResult
 from tether.process._child import REPORT_TIMEOUT
 from tether.process._proc import Stat
@@ -28,6 +30,17 @@ GRACE = 0.2
 BOUND = 2 * GRACE + 1.0
 HEADROOM = 8.0  # a loaded 2-core machine (3 s was missed beside two hogs and two workers);
 # the bound itself is measured in benchmarks/
+
+RUNNERS = {
+    "trio": "import trio\ntrio.run(main)",
+    "asyncio": "import asyncio\nasyncio.run(main())",
+}
+
+
+def program(code: str) -> str:
+    """``code`` (which ends its ``main`` with ``RUN(main)``), run on the loop of this test."""
+    return textwrap.dedent(code).replace("RUN(main)", RUNNERS[sniffio.current_async_library()])
+
 
 # Every way of escaping, each writing its pid to argv[1]/<name>: a plain child, setsid, a
 # double-forked setsid daemon, nohup, and one that scrubs its environment and leaves its
@@ -52,19 +65,20 @@ ESCAPEES = """
     import signal; signal.signal(signal.SIGINT, lambda *_: sys.exit(0)); signal.pause()
 """
 
-# An owner: a trio program whose group spawns the escapees and whose own fate is argv[2].
+# An owner: a program on the test's loop (``program``) whose group spawns the escapees and
+# whose own fate is argv[2].
 OWNER = """
-    import os, sys, trio, tether
+    import os, sys, anyio, tether
     async def main():
         async with tether.ChildGroup(sys.argv[3], 1, grace=float(sys.argv[4])) as group:
             await group.spawn([sys.executable, "-c", sys.argv[5], sys.argv[1]])
             open(sys.argv[1] + "/owner-ready", "w").write(str(group.keeper_pid))
             if sys.argv[2] == "exit":  # once the test has seen the whole tree alive
                 while not os.path.exists(sys.argv[1] + "/go"):
-                    await trio.sleep(0.01)
+                    await anyio.sleep(0.01)
                 os._exit(3)
-            await trio.sleep_forever()
-    trio.run(main)
+            await anyio.sleep_forever()
+    RUN(main)
 """
 
 NAMES = ("plain", "setsid", "nohup", "scrubbed", "daemon")
@@ -112,12 +126,13 @@ def alive(processes: dict[str, psutil.Process]) -> list[str]:
 
 
 @pytest.mark.parametrize("death", ["SIGKILL", "SIGTERM", "exit"])
+@both_loops
 async def test_no_survivor_however_the_owner_dies(tmp_path: Path, death: str) -> None:
     """The owner is SIGKILLed, gets an unhandled SIGTERM (its default action kills it; no
     teardown runs), or calls ``os._exit``: its keeper stops all five escapees."""
     session = unique_session()
     owner = subprocess.Popen(
-        python(OWNER, str(tmp_path), death, session, str(GRACE), textwrap.dedent(ESCAPEES))
+        python(program(OWNER), str(tmp_path), death, session, str(GRACE), textwrap.dedent(ESCAPEES))
     )
     try:
         await wait_until(lambda: (tmp_path / "ready").exists(), timeout=20)
@@ -158,6 +173,7 @@ FAST_ORPHANS = """
 """
 
 
+@both_loops
 async def test_fast_orphans_leave_no_zombie_in_the_owner() -> None:
     """50 orphans that die before anyone could read their mark: the keeper, their parent by
     adoption, reaps them all; none is ever this process's zombie."""
@@ -178,6 +194,7 @@ async def test_fast_orphans_leave_no_zombie_in_the_owner() -> None:
     assert zombie_children() == []
 
 
+@both_loops
 async def test_the_owner_s_other_children_are_never_touched() -> None:
     other = subprocess.Popen(["sleep", "1000"], start_new_session=True)
     try:
@@ -193,6 +210,7 @@ async def test_the_owner_s_other_children_are_never_touched() -> None:
         other.wait()
 
 
+@both_loops
 async def test_a_killed_keeper_is_replaced_and_its_orphans_stopped_by_mark(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -222,32 +240,33 @@ async def test_a_killed_keeper_is_replaced_and_its_orphans_stopped_by_mark(
 # leaves a setsid process (pid in argv[1]); the keeper is SIGKILLed as the group closes, and
 # the group is closed before it can hear of it (no checkpoint between).
 CLOSING_OWNER = """
-    import os, signal, sys, time, trio, tether
+    import os, signal, sys, time, anyio, tether
     from tether._procfs import stat_fields  # state first, then the parent's pid
     DETACH = 'setsid sh -c \\'echo $$ > "$0"; exec sleep 1000\\' "$0" </dev/null >/dev/null 2>&1 &'
     async def main():
         async with tether.ChildGroup(sys.argv[2], 1, grace=0.2) as group:
             await group.run(["sh", "-c", DETACH, sys.argv[1]], timeout=30)
             while not os.path.exists(sys.argv[1]) or not open(sys.argv[1]).read().strip():
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
             escaped, keeper = int(open(sys.argv[1]).read()), group.keeper_pid
             while int(stat_fields(escaped)[1]) != keeper:
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
             os.kill(keeper, signal.SIGKILL)
             while stat_fields(keeper)[0] != "Z":
                 time.sleep(0.001)
-    trio.run(main)
+    RUN(main)
 """
 
 
+@both_loops
 async def test_a_keeper_killed_as_its_group_closes_leaves_no_escapee(tmp_path: Path) -> None:
     """Found by the campaign: the keeper dies just as its group closes, before the group has
     heard of it. Its orphan (a setsid process that left the tool) went to another subreaper,
     and the dead keeper cannot release it: the group finds it by its mark and stops it."""
     pid_file = tmp_path / "escaped"
-    owner = subprocess.Popen(python(CLOSING_OWNER, str(pid_file), unique_session()))
+    owner = subprocess.Popen(python(program(CLOSING_OWNER), str(pid_file), unique_session()))
     try:
-        assert await trio.to_thread.run_sync(owner.wait, 30) == 0
+        assert await anyio.to_thread.run_sync(owner.wait, 30) == 0
         escaped = psutil.Process(int(pid_file.read_text()))
         await wait_until(
             lambda: not escaped.is_running() or escaped.status() == psutil.STATUS_ZOMBIE,
@@ -263,28 +282,31 @@ async def test_a_keeper_killed_as_its_group_closes_leaves_no_escapee(tmp_path: P
 
 # An owner whose first keeper is killed under the escapees: it writes the second keeper's pid.
 TWICE_KEPT_OWNER = """
-    import os, signal, sys, trio, tether
+    import os, signal, sys, anyio, tether
     async def main():
         async with tether.ChildGroup(sys.argv[2], 1, grace=float(sys.argv[3])) as group:
             await group.spawn([sys.executable, "-c", sys.argv[4], sys.argv[1]])
             while not os.path.exists(sys.argv[1] + "/ready"):
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
             first = group.keeper_pid
             os.kill(first, signal.SIGKILL)
             while group.keeper_pid in (None, first):
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
             open(sys.argv[1] + "/owner-ready", "w").write(str(group.keeper_pid))
-            await trio.sleep_forever()
-    trio.run(main)
+            await anyio.sleep_forever()
+    RUN(main)
 """
 
 
+@both_loops
 async def test_issue_26_keeper_then_owner_killed_leaves_no_survivor(tmp_path: Path) -> None:
     """The fault next to the owner's death: its keeper was SIGKILLed first. The keeper that
     replaced it stops the first one's orphans, by their mark, when the owner dies."""
     session = unique_session()
     owner = subprocess.Popen(
-        python(TWICE_KEPT_OWNER, str(tmp_path), session, str(GRACE), textwrap.dedent(ESCAPEES))
+        python(
+            program(TWICE_KEPT_OWNER), str(tmp_path), session, str(GRACE), textwrap.dedent(ESCAPEES)
+        )
     )
     try:
         await wait_until(lambda: _written(tmp_path / "owner-ready"), timeout=20)
@@ -305,8 +327,9 @@ async def test_issue_26_keeper_then_owner_killed_leaves_no_survivor(tmp_path: Pa
         await wait_until(reap_zombie_children)
 
 
-def test_the_groups_of_a_run_share_one_keeper_which_ends_with_the_run() -> None:
-    """Issue 29: the n-th group of a trio run costs no process: groups open at once and one
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_groups_of_a_run_share_one_keeper_which_ends_with_the_run(loop: str) -> None:
+    """Issue 29: the n-th group of a run costs no process: groups open at once and one
     opened after they closed all spawn through one keeper, which is closed and reaped when the
     run ends."""
     seen: list[int | None] = []
@@ -322,18 +345,19 @@ def test_the_groups_of_a_run_share_one_keeper_which_ends_with_the_run() -> None:
             assert keeper.cwd() == "/"  # it holds no directory busy
             assert os.getsid(keeper.pid) == keeper.pid  # no terminal signal reaches it
             child = await second.spawn([sys.executable, "-c", "import sys; sys.exit(7)"])
-            with trio.fail_after(10):
+            with anyio.fail_after(10):
                 assert await child.wait() == 7
         async with ChildGroup(unique_session(), 1, grace=GRACE) as third:
             seen.append(third.keeper_pid)
 
-    trio.run(main)
+    anyio.run(main, backend=loop)
     assert seen[0] is not None
     assert seen == [seen[0]] * 3
     assert not psutil.pid_exists(seen[0]) or psutil.Process(seen[0]).ppid() != os.getpid()
     assert zombie_children() == []
 
 
+@both_loops
 async def test_closing_one_group_stops_its_tree_and_leaves_the_other_s(tmp_path: Path) -> None:
     """A group stays the unit that is stopped: closing one stops its escapees (a setsid one, a
     double-forked daemon whose parent is gone, one that scrubbed its environment) and leaves
@@ -353,24 +377,25 @@ async def test_closing_one_group_stops_its_tree_and_leaves_the_other_s(tmp_path:
 
 
 # An owner that leaves its keeper's reports unread when it dies: its group spawns the escapees
-# and 50 children that exit at once, then it blocks its trio thread (no task reads the
+# and 50 children that exit at once, then it blocks its loop's thread (no task reads the
 # keeper's socket) until it is SIGKILLed.
 DEAF_OWNER = """
-    import os, sys, time, trio, tether
+    import os, sys, time, anyio, tether
     async def main():
         async with tether.ChildGroup(sys.argv[2], 1, grace=float(sys.argv[3])) as group:
             await group.spawn([sys.executable, "-c", sys.argv[4], sys.argv[1]])
             for _ in range(50):
                 await group.spawn(["true"])
             while not os.path.exists(sys.argv[1] + "/ready"):
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
             open(sys.argv[1] + "/owner-ready", "w").write(str(group.keeper_pid))
             time.sleep(1000)
-    trio.run(main)
+    RUN(main)
 """
 
 
 @pytest.mark.parametrize("round_", range(3))
+@both_loops
 async def test_issue_26_row_1_an_owner_dying_with_reports_unread_leaves_no_survivor(
     tmp_path: Path, round_: int
 ) -> None:
@@ -378,7 +403,7 @@ async def test_issue_26_row_1_an_owner_dying_with_reports_unread_leaves_no_survi
     next read fails (``ECONNRESET``) instead of ending: the keeper still stops the tree."""
     session = unique_session()
     owner = subprocess.Popen(
-        python(DEAF_OWNER, str(tmp_path), session, str(GRACE), textwrap.dedent(ESCAPEES))
+        python(program(DEAF_OWNER), str(tmp_path), session, str(GRACE), textwrap.dedent(ESCAPEES))
     )
     try:
         await wait_until(lambda: _written(tmp_path / "owner-ready"), timeout=20)
@@ -411,11 +436,12 @@ async def run_killing_keeper(group: ChildGroup, tmp_path: Path, code: int) -> Ru
         await wait_until(lambda: (tmp_path / "runs").exists() and len(group.children) > before)
         os.kill(keeper, signal.SIGKILL)
 
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         nursery.start_soon(kill_keeper)
         return await group.run(["sh", "-c", TOOL, str(tmp_path / "runs"), str(code)])
 
 
+@both_loops
 async def test_issue_26_row_2_a_killed_keeper_loses_no_exit_status(tmp_path: Path) -> None:
     """The keeper is SIGKILLed while a tool runs: the tool's status comes from the kernel
     (this process, a subreaper, reaps the orphan; the pidfd still tells its status)."""
@@ -431,7 +457,7 @@ async def test_issue_26_row_2_a_killed_keeper_loses_no_exit_status(tmp_path: Pat
 # An owner (not a subreaper) whose keeper is killed under a child that exits 3: the orphaned
 # child goes to this test process, which leaves it a zombie while the owner reads its status.
 LOST_KEEPER_OWNER = """
-    import os, signal, sys, trio, tether
+    import os, signal, sys, anyio, tether
     async def main():
         async with tether.ChildGroup(sys.argv[1], 1, grace=0.2) as group:
             wait = 'while [ ! -e "$0" ]; do sleep 0.01; done; exit 3'
@@ -439,19 +465,22 @@ LOST_KEEPER_OWNER = """
             first = group.keeper_pid
             os.kill(first, signal.SIGKILL)
             while group.keeper_pid in (None, first):
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
             print(child.pid, flush=True)
             print(await child.wait(), child.status_lost, flush=True)
-    trio.run(main)
+    RUN(main)
 """
 
 
+@both_loops
 async def test_issue_26_row_2_a_status_read_from_a_zombie_the_owner_does_not_own(
     tmp_path: Path,
 ) -> None:
     go = tmp_path / "go"
     owner = subprocess.Popen(
-        python(LOST_KEEPER_OWNER, unique_session(), str(go)), stdout=subprocess.PIPE, text=True
+        python(program(LOST_KEEPER_OWNER), unique_session(), str(go)),
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert owner.stdout is not None
@@ -469,6 +498,7 @@ async def test_issue_26_row_2_a_status_read_from_a_zombie_the_owner_does_not_own
     await wait_until(reap_zombie_children)
 
 
+@both_loops
 async def test_issue_26_row_2_a_status_nobody_can_tell_is_lost_not_zero(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -489,6 +519,7 @@ async def test_issue_26_row_2_a_status_nobody_can_tell_is_lost_not_zero(
     await wait_until(reap_zombie_children)  # the orphan came to this process, a subreaper
 
 
+@both_loops
 async def test_issue_26_row_3_a_stopped_keeper_is_a_typed_error_within_its_deadline() -> None:
     async with ChildGroup(unique_session(), 1, grace=GRACE) as group:
         keeper_ = group._keepers.current
@@ -496,7 +527,7 @@ async def test_issue_26_row_3_a_stopped_keeper_is_a_typed_error_within_its_deadl
         keeper_.timeout = 0.5
         keeper = psutil.Process(group.keeper_pid)
         keeper.suspend()
-        with trio.fail_after(0.5 + HEADROOM), pytest.raises(KeeperUnresponsive):
+        with anyio.fail_after(0.5 + HEADROOM), pytest.raises(KeeperUnresponsive):
             await group.spawn(["true"])
         await wait_until(lambda: group.keeper_pid not in (None, keeper.pid))
         assert not keeper.is_running()  # killed, and reaped by the group
@@ -505,6 +536,7 @@ async def test_issue_26_row_3_a_stopped_keeper_is_a_typed_error_within_its_deadl
     assert zombie_children() == []
 
 
+@both_loops
 async def test_issue_26_row_3_a_keeper_stopped_mid_run_ends_the_run_with_its_status(
     tmp_path: Path,
 ) -> None:
@@ -519,8 +551,8 @@ async def test_issue_26_row_3_a_keeper_stopped_mid_run_ends_the_run_with_its_sta
             await wait_until(lambda: bool(group.children) and (tmp_path / "runs").exists())
             keeper.suspend()
 
-        with trio.fail_after(3 + REPORT_TIMEOUT + HEADROOM):
-            async with trio.open_nursery() as nursery:
+        with anyio.fail_after(3 + REPORT_TIMEOUT + HEADROOM):
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(stop_keeper)
                 tool = 'touch "$0"; sleep 1.5; exit "$1"'  # outlives a slow spawn answer
                 argv = ["sh", "-c", tool, str(tmp_path / "runs"), "6"]
@@ -530,6 +562,7 @@ async def test_issue_26_row_3_a_keeper_stopped_mid_run_ends_the_run_with_its_sta
     assert zombie_children() == []
 
 
+@both_loops
 async def test_issue_26_a_keeper_killed_during_a_spawn_is_a_typed_error() -> None:
     """The keeper dies with a spawn asked and unanswered: ``KeeperUnresponsive`` at once (the
     program may or may not have started), and the group goes on with another keeper."""
@@ -538,12 +571,12 @@ async def test_issue_26_a_keeper_killed_during_a_spawn_is_a_typed_error() -> Non
         keeper.suspend()
 
         async def kill_it() -> None:
-            await trio.sleep(0.2)
+            await anyio.sleep(0.2)
             keeper.kill()
 
-        async with trio.open_nursery() as nursery:
+        async with anyio.create_task_group() as nursery:
             nursery.start_soon(kill_it)
-            with trio.fail_after(HEADROOM), pytest.raises(KeeperUnresponsive, match="died"):
+            with anyio.fail_after(HEADROOM), pytest.raises(KeeperUnresponsive, match="died"):
                 await group.spawn(["true"])
         await wait_until(lambda: group.keeper_pid not in (None, keeper.pid))
         assert await (await group.spawn(["sh", "-c", "exit 9"])).wait() == 9
