@@ -18,8 +18,9 @@ sender) and ``trio.open_signal_receiver`` (a Python handler, no sender).
 Issue 17 adds:
 
 - the same 300-process tree under an owner process that is SIGKILLed: how many of the tree are
-  still alive ``2 x grace + 1`` s later, and how long until none is, with the keeper and with
-  the keeper-less fallback (``ChildGroup(keeper=False)``) side by side;
+  still alive ``2 x grace + 1`` s later, and how long until none is, with the keeper (the
+  owner under ``trio.run`` and, issue 44, under ``asyncio.run``) and with the keeper-less
+  fallback (``ChildGroup(keeper=False)``) side by side;
 - spawn-and-wait of ``true`` through a group (and so its keeper) against
   ``trio.run_process(["true"])``, median of 200 (target: tether at least 0.8x trio's speed);
 - ``tether run -- true`` against ``python -c pass`` and ``tini -- true`` (if installed), median
@@ -183,14 +184,18 @@ async def signal_latency(samples: int) -> list[str]:
 
 
 OWNER = """
-import sys, trio, tether
+import sys, anyio, tether
 async def main():
     keeper = sys.argv[4] == "keeper"
     async with tether.ChildGroup(sys.argv[1], 1, grace=float(sys.argv[3]), keeper=keeper) as g:
         await g.spawn([sys.executable, "-c", sys.argv[5], sys.argv[2], sys.argv[6]])
-        await trio.sleep_forever()
-trio.run(main)
+        await anyio.sleep_forever()
 """
+RUNNERS = {
+    "trio": "import trio\ntrio.run(main)\n",
+    "asyncio": "import asyncio\nasyncio.run(main())\n",
+}
+"""How the owner runs ``main``: under ``trio.run`` or ``asyncio.run`` (issue 44)."""
 
 
 async def owner_killed_table(rounds: int) -> list[str]:
@@ -203,23 +208,28 @@ async def owner_killed_table(rounds: int) -> list[str]:
         "| --- | --- | ---: |",
     ]
     with tempfile.TemporaryDirectory() as workdir:
-        for mode in ("keeper", "fallback"):
+        for mode, loop in (("keeper", "trio"), ("keeper", "asyncio"), ("fallback", "trio")):
             counts, times = [], []
             for _ in range(rounds):
-                left, took = await _kill_owner(workdir, mode)
+                left, took = await _kill_owner(workdir, mode, loop)
                 counts.append(left)
                 times.append(took)
             worst = "never (cleaned up after 5 s)" if math.inf in times else f"{max(times):.3f} s"
-            name = "keeper (default)" if mode == "keeper" else "no keeper (`keeper=False`)"
+            name = (
+                f"keeper (default), owner on {loop}"
+                if mode == "keeper"
+                else ("no keeper (`keeper=False`)")
+            )
             lines.append(f"| {name} | {', '.join(map(str, counts))} | {worst} |")
     return lines
 
 
-async def _kill_owner(workdir: str, mode: str) -> tuple[int, float]:
+async def _kill_owner(workdir: str, mode: str, loop: str) -> tuple[int, float]:
     session = f"bench-{uuid.uuid4().hex[:8]}"
     ready = os.path.join(workdir, session)
+    code = OWNER + RUNNERS[loop]
     owner = await trio.lowlevel.open_process(
-        [sys.executable, "-c", OWNER, session, ready, str(GRACE), mode, LEADER, str(PER_KIND)]
+        [sys.executable, "-c", code, session, ready, str(GRACE), mode, LEADER, str(PER_KIND)]
     )
     try:
         with trio.fail_after(120):
