@@ -15,7 +15,7 @@ import math
 import os
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
 
@@ -198,15 +198,21 @@ def task_id() -> int:
 
 _LOOSE: set[asyncio.Task[None]] = set()
 """The asyncio system tasks running now (the loop keeps only a weak reference to a task)."""
+_HOOKS: dict[asyncio.AbstractEventLoop, AsyncIterator[None]] = {}
+"""Per loop, the async generator that ends its system tasks when ``asyncio.run`` ends it."""
 
 
 def spawn_system_task(fn: Callable[..., Awaitable[object]], *args: object, name: str) -> None:
     """Run ``fn(*args)`` beside the program, owned by no task, until it returns or the run
-    ends: a trio system task (cancelled when the main task ends), or an asyncio task (which
-    ``asyncio.run`` cancels at its end). Its exception is logged, never raised: on trio it
-    would crash the run."""
+    ends: a trio system task (cancelled when the main task ends), or an asyncio task, which
+    ``asyncio.run`` cancels at its end (one started as it ends, by another ending, too: see
+    ``_hook``). Its exception is logged, never raised: on trio it would crash the run."""
+
+    started = False
 
     async def guarded() -> None:
+        nonlocal started
+        started = True
         try:
             await fn(*args)
         except Exception:
@@ -219,9 +225,50 @@ def spawn_system_task(fn: Callable[..., Awaitable[object]], *args: object, name:
         return
     import asyncio
 
-    task = asyncio.get_running_loop().create_task(guarded(), name=name)
+    loop = asyncio.get_running_loop()
+    if loop not in _HOOKS:
+        _hook(loop)
+
+    def ended(task: asyncio.Task[None]) -> None:
+        _LOOSE.discard(task)
+        if task.cancelled() and not started and not loop.is_closed():
+            # Cancelled before its first step (``asyncio.run`` ending as it was started), it
+            # never ran, and nor did its ``finally`` blocks (a keeper's close): run it now, to
+            # be cancelled at its first wait, as a trio system task would be.
+            again = loop.create_task(guarded(), name=name)
+            _LOOSE.add(again)
+            again.add_done_callback(_LOOSE.discard)
+            loop.call_soon(again.cancel)
+
+    task = loop.create_task(guarded(), name=name)
     _LOOSE.add(task)
-    task.add_done_callback(_LOOSE.discard)
+    task.add_done_callback(ended)
+
+
+def _hook(loop: asyncio.AbstractEventLoop) -> None:
+    """Have the loop's end cancel and await every system task of it, again until none is
+    left. ``asyncio.run`` cancels the tasks it finds when its main task ends, but one started
+    meanwhile (a keeper's reader, started by a replacement that the end cancelled) would be
+    left pending, and its keeper running: the loop's shutdown of async generators, which
+    comes next, runs this one's ``finally``."""
+    import asyncio
+
+    async def at_end() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            _HOOKS.pop(loop, None)
+            while tasks := [t for t in _LOOSE if t.get_loop() is loop and not t.done()]:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    hook = _HOOKS[loop] = at_end()
+
+    async def begin() -> None:
+        await anext(hook)  # the loop keeps it from now on, and closes it at its end
+
+    loop.create_task(begin(), name="tether loop end")
 
 
 class Helpers:
