@@ -4,13 +4,17 @@ anyio's functions, which work on either."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import textwrap
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import pytest
+import sniffio
+import trio
 
 LOOPS = ("trio", "asyncio")
 
@@ -36,3 +40,22 @@ async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) ->
     with anyio.fail_after(timeout):
         while not predicate():
             await anyio.sleep(0.005)
+
+
+def run_on(loop: str, main: Callable[[], Awaitable[None]]) -> None:
+    """``main()`` to its end under ``trio.run`` or ``asyncio.run`` themselves."""
+    if loop == "trio":
+        trio.run(main)
+    else:
+        asyncio.run(main())  # type: ignore[arg-type]
+
+
+RUNNERS = {
+    "trio": "import trio\ntrio.run(main)",
+    "asyncio": "import asyncio\nasyncio.run(main())",
+}
+
+
+def program(code: str) -> str:
+    """``code`` (which ends its ``main`` with ``RUN(main)``), run on the loop of this test."""
+    return textwrap.dedent(code).replace("RUN(main)", RUNNERS[sniffio.current_async_library()])

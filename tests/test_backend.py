@@ -5,21 +5,12 @@ caller."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
 
+from loops import LOOPS, run_on
 from tether import _backend
-
-LOOPS = ["trio", "asyncio"]
-
-
-def run_on(loop: str, main: Callable[[], Awaitable[None]]) -> None:
-    if loop == "trio":
-        trio.run(main)
-    else:
-        asyncio.run(main())  # type: ignore[arg-type]
 
 
 async def forever(ran: list[str]) -> None:

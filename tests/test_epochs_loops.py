@@ -15,16 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 
+from loops import LOOPS, run_on
 from tether import EtcdEpochStore, SqliteEpochStore, UnsupportedBackend
-
-LOOPS = ["trio", "asyncio"]
-
-
-def run_on(loop: str, main: Callable[[], Awaitable[None]]) -> None:
-    if loop == "trio":
-        trio.run(main)
-    else:
-        asyncio.run(main())  # type: ignore[arg-type]
 
 
 async def gather(loop: str, jobs: list[Callable[[], Awaitable[int]]]) -> list[int]:

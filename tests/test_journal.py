@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import python, tmpfs
-from loops import both_loops
+from loops import both_loops, program
 from tether import JournalError, ToolCall, ToolResult, Transcript, _aio
 from tether.journal import MAX_DEPTH, Event, Message, scan
 
@@ -407,14 +407,15 @@ def test_any_cut_or_torn_tail_reopens_to_an_exact_prefix(
     assert kept + moved == damaged.rstrip(b"\0"), "bytes were lost or invented"
 
 
+# A writer on the test's loop (``program``), acknowledging each call on stdout.
 WRITER = """
-    import sys, trio, tether
+    import sys, tether
     async def main():
         async with await tether.Transcript.open(sys.argv[1]) as tr:
             for i in range(100_000):
                 call = await tr.tool_call("tool", {"i": i, "blob": "x" * int(sys.argv[2])})
                 print(call.id, flush=True)
-    trio.run(main)
+    RUN(main)
 """
 
 
@@ -427,7 +428,7 @@ async def test_kill_9_mid_stream_keeps_every_acknowledged_call(
 ) -> None:
     path = tmp_path / "t.jsonl"
     writer = subprocess.Popen(
-        python(WRITER, str(path), str(blob)), stdout=subprocess.PIPE, text=True
+        python(program(WRITER), str(path), str(blob)), stdout=subprocess.PIPE, text=True
     )
     try:
         assert writer.stdout is not None

@@ -1,24 +1,19 @@
 """Transcripts on both loops (issue 44): the same ``Transcript`` under ``trio.run`` and under
-``asyncio.run``, with the same assertions; a real writer process killed by SIGKILL, and each
-append path (the kernel's AIO and the worker thread)."""
+``asyncio.run`` themselves, with the same assertions, on each append path (the kernel's AIO
+and the worker thread). A writer SIGKILLed mid-append, on each loop, is in ``test_journal.py``
+(its suite runs on both)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import signal
-import subprocess
-import sys
-import textwrap
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import trio
 
+from loops import LOOPS, run_on
 from tether import ToolCall, ToolResult, Transcript
-
-LOOPS = ["trio", "asyncio"]
 
 
 @pytest.fixture(params=["kernel", "thread"])
@@ -26,13 +21,6 @@ def sync_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """Appends synced by the kernel's AIO, then on the worker thread."""
     monkeypatch.setenv("TETHER_AIO", "1" if request.param == "kernel" else "0")
     return str(request.param)
-
-
-def run_on(loop: str, main: Callable[[], Awaitable[None]]) -> None:
-    if loop == "trio":
-        trio.run(main)
-    else:
-        asyncio.run(main())  # type: ignore[arg-type]
 
 
 def lines(path: Path) -> list[dict[str, object]]:
@@ -47,48 +35,6 @@ def lines(path: Path) -> list[dict[str, object]]:
         with pytest.raises(json.JSONDecodeError):  # torn: never whole JSON without its "\n"
             json.loads(last)
     return found
-
-
-WRITER = """
-    import sys, tether
-    async def main():
-        async with await tether.Transcript.open(sys.argv[1]) as tr:
-            for i in range(100_000):
-                call = await tr.tool_call("tool", {"i": i, "blob": "x" * int(sys.argv[2])})
-                print(call.id, flush=True)
-"""
-WRITERS = {
-    "trio": textwrap.dedent(WRITER) + "import trio\ntrio.run(main)\n",
-    "asyncio": textwrap.dedent(WRITER) + "import asyncio\nasyncio.run(main())\n",
-}
-
-
-@pytest.mark.parametrize("blob", [100, 200_000])
-@pytest.mark.parametrize("loop", LOOPS)
-def test_a_writer_sigkilled_mid_append_loses_nothing_acknowledged(
-    tmp_path: Path, loop: str, blob: int, sync_path: str
-) -> None:
-    """SIGKILL while a writer appends as fast as it can: every call it acknowledged is in the
-    file as any reader reads it, and after tether's reopen (on the same loop)."""
-    path = tmp_path / "t.jsonl"
-    argv = [sys.executable, "-c", WRITERS[loop], str(path), str(blob)]
-    writer = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    try:
-        assert writer.stdout is not None
-        acknowledged = [writer.stdout.readline().strip() for _ in range(40)]
-    finally:
-        writer.send_signal(signal.SIGKILL)
-        writer.communicate()
-    assert [line["id"] for line in lines(path)][:40] == acknowledged
-    kept: list[str] = []
-
-    async def reopen() -> None:
-        async with await Transcript.open(path, resume=True) as tr:
-            kept.extend(e.id for e in tr.entries if isinstance(e, ToolCall))
-            assert tr.dangling() == []
-
-    run_on(loop, reopen)
-    assert kept[:40] == acknowledged
 
 
 @pytest.mark.parametrize("loop", LOOPS)

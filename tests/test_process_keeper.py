@@ -17,11 +17,10 @@ import anyio
 import attrs
 import psutil
 import pytest
-import sniffio
 
 import tether.process._ref
 from helpers import python, reap_zombie_children, unique_session, zombie_children
-from loops import LOOPS, both_loops, wait_until
+from loops import LOOPS, both_loops, program, wait_until
 from tether import ChildGroup, KeeperUnresponsive, RunResult
 from tether.process._child import REPORT_TIMEOUT
 from tether.process._proc import Stat
@@ -30,17 +29,6 @@ GRACE = 0.2
 BOUND = 2 * GRACE + 1.0
 HEADROOM = 8.0  # a loaded 2-core machine (3 s was missed beside two hogs and two workers);
 # the bound itself is measured in benchmarks/
-
-RUNNERS = {
-    "trio": "import trio\ntrio.run(main)",
-    "asyncio": "import asyncio\nasyncio.run(main())",
-}
-
-
-def program(code: str) -> str:
-    """``code`` (which ends its ``main`` with ``RUN(main)``), run on the loop of this test."""
-    return textwrap.dedent(code).replace("RUN(main)", RUNNERS[sniffio.current_async_library()])
-
 
 # Every way of escaping, each writing its pid to argv[1]/<name>: a plain child, setsid, a
 # double-forked setsid daemon, nohup, and one that scrubs its environment and leaves its

@@ -21,20 +21,12 @@ import trio
 
 import tether
 from helpers import TREE, marked, python, reap_zombie_children, unique_session, wait_until
+from loops import LOOPS, run_on
 from tether import ChildGroup, ExitedInAnotherTask
 
 GRACE = 0.2
 BOUND = 2 * GRACE + 1.0
 HEADROOM = 8.0  # a loaded 2-core machine; the bound itself is measured in benchmarks/
-LOOPS = ["trio", "asyncio"]
-
-
-def run_on(loop: str, main: Callable[[], Awaitable[None]]) -> None:
-    """``main()`` to its end under ``trio.run`` or ``asyncio.run``."""
-    if loop == "trio":
-        trio.run(main)
-    else:
-        asyncio.run(main())  # type: ignore[arg-type]
 
 
 async def sleep(loop: str, seconds: float) -> None:
