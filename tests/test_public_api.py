@@ -149,6 +149,7 @@ LAYERS = [
     "_clock",
     "_keeper",
     "_backend",
+    "_fdstream",
     "_aio",
     "_worker",
     "_batch",

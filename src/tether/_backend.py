@@ -1,18 +1,17 @@
-"""The backend seam: what tether needs from the running event loop that anyio does not give
-alike on trio and asyncio (ADR 0053). The shared layers are written against anyio; this module
-holds the rest, once: which loop runs, tasks that no task owns, work that a native asyncio
-cancellation cannot cut short, and a non-blocking pipe as a stream. It imports nothing of
-tether's layers, and trio only when trio runs.
+"""The backend seam (ADR 0053): the one place that knows which loop runs. The shared layers
+take their primitives from here (trio's own under trio, anyio's under asyncio) and what anyio
+does not give alike on both loops: tasks that no task owns, work that a native asyncio
+cancellation cannot cut short, a wait whose cancellation comes after it; ``_fdstream`` holds
+the pipe as a stream. It imports nothing of tether's layers, trio only when trio runs and
+asyncio only when asyncio runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
-import errno
 import logging
 import math
-import os
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,7 +37,8 @@ class Backend(enum.Enum):
 
 
 class UnsupportedBackend(RuntimeError):
-    """tether was called from an event loop it does not run on (neither trio nor asyncio)."""
+    """tether was called from an event loop it does not run on (neither trio nor asyncio), or
+    a part of it that runs on trio only (the etcd store) was called under asyncio."""
 
 
 class ExitedInAnotherTask(RuntimeError):
@@ -65,8 +65,7 @@ def current() -> Backend:
 
 
 def _trio() -> Any:
-    """The trio module (imported by now: a trio run is going)."""
-    return sys.modules["trio"]
+    return sys.modules["trio"]  # imported by now: a trio run is going
 
 
 def on_trio() -> bool:
@@ -399,118 +398,3 @@ def closed_errors() -> tuple[type[BaseException], ...]:
     if trio is not None:
         found += (trio.ClosedResourceError, trio.BrokenResourceError)
     return found
-
-
-class PipeStream(Protocol):
-    """One end of a child's pipe: ``trio.lowlevel.FdStream`` under trio, ``FdStream`` under
-    asyncio; both close the descriptor they were given."""
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes: ...
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def fileno(self) -> int: ...
-
-
-def fd_stream(fd: int) -> PipeStream:
-    """A stream over ``fd`` (made non-blocking), for the loop that runs now."""
-    if current() is Backend.TRIO:
-        import trio
-
-        return trio.lowlevel.FdStream(fd)
-    return FdStream(fd)
-
-
-READ_SIZE = 65536
-
-
-class FdStream:
-    """A pipe's end under asyncio, as ``trio.lowlevel.FdStream`` is under trio: it reads with
-    ``receive_some`` (``b""`` at its end), writes with ``send_all``, and closes the descriptor
-    it was given. ``receive`` and ``send`` are the same, named as anyio's byte streams."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self._fd = fd
-        self._closed = False
-
-    def fileno(self) -> int:
-        """The descriptor (while open)."""
-        return self._fd
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        """At most ``max_bytes`` (64 KiB if not given) once some are there; ``b""`` at the
-        end of the stream.
-
-        Raises:
-            anyio.ClosedResourceError: the stream was closed here.
-        """
-        size = READ_SIZE if max_bytes is None else max_bytes
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        while True:
-            self._check_open()
-            try:
-                data = os.read(self._fd, size)
-            except BlockingIOError:
-                await anyio.wait_readable(self._fd)
-                continue
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            return data
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        """Write all of ``data``.
-
-        Raises:
-            anyio.BrokenResourceError: the reader closed its end.
-            anyio.ClosedResourceError: the stream was closed here.
-        """
-        view = memoryview(data)
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        while view:
-            self._check_open()
-            try:
-                view = view[os.write(self._fd, view) :]
-            except BlockingIOError:
-                await anyio.wait_writable(self._fd)
-            except OSError as exc:
-                if exc.errno != errno.EPIPE:
-                    raise
-                raise anyio.BrokenResourceError from exc
-        await anyio.lowlevel.cancel_shielded_checkpoint()
-
-    async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
-        """As ``receive_some``, but the end of the stream raises ``anyio.EndOfStream``."""
-        data = await self.receive_some(max_bytes)
-        if not data:
-            raise anyio.EndOfStream
-        return data
-
-    async def send(self, item: bytes) -> None:
-        """As ``send_all``."""
-        await self.send_all(item)
-
-    def close(self) -> None:
-        """Close the descriptor; a task waiting on it gets ``anyio.ClosedResourceError``."""
-        if self._closed:
-            return
-        self._closed = True
-        notify_closing(self._fd)
-        os.close(self._fd)
-
-    async def aclose(self) -> None:
-        """``close``, as a checkpoint."""
-        self.close()
-        await anyio.lowlevel.checkpoint()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise anyio.ClosedResourceError
-
-    def __del__(self) -> None:
-        if not getattr(self, "_closed", True):
-            self._closed = True
-            os.close(self._fd)

@@ -1,8 +1,8 @@
 """Child processes and whole trees: spawn, escalate, reap, twins. Nothing survives its owner."""
 
 from .._backend import ExitedInAnotherTask as ExitedInAnotherTask
-from .._backend import FdStream as FdStream
 from .._backend import UnsupportedBackend as UnsupportedBackend
+from .._fdstream import FdStream as FdStream
 from .._util import reexport
 from ._activity import ToolActivity as ToolActivity
 from ._child import Child as Child

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import final
 
-from .. import _backend
+from .. import _backend, _fdstream
 from .._util import NoPublicConstructor
 from ._proc import pidfd_exit_status, pidfd_open
 from ._ref import ProcessRef
@@ -47,11 +47,11 @@ class Child(metaclass=NoPublicConstructor):
         self.returncode: int | None = None
         """The exit status once known: the code, or ``-signo`` if a signal killed it;
         ``None`` while it runs, and if its status was lost (``status_lost``)."""
-        self.stdin: _backend.PipeStream | None = None
+        self.stdin: _fdstream.PipeStream | None = None
         """With ``stdin=PIPE``: the child's standard input (``send_all``)."""
-        self.stdout: _backend.PipeStream | None = None
+        self.stdout: _fdstream.PipeStream | None = None
         """With ``stdout=PIPE``: the child's standard output (``receive_some``)."""
-        self.stderr: _backend.PipeStream | None = None
+        self.stderr: _fdstream.PipeStream | None = None
         """With ``stderr=PIPE``: the child's standard error (``receive_some``)."""
         self.pipes: dict[str, int] = {}
         """The read ends of its output pipes here, by stream name (to find their holders)."""

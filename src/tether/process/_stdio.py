@@ -1,11 +1,12 @@
 """A spawned child's standard streams: what ``stdin=``, ``stdout=`` and ``stderr=`` accept (as
-``trio.lowlevel.open_process`` does), turned into the descriptors the child gets and the trio
-streams this process keeps.
+``subprocess`` does), turned into the descriptors the child gets and the streams this process
+keeps.
 
-``PIPE`` makes a pipe: the child gets one end, this process a ``_backend.PipeStream`` on the
-other. ``DEVNULL`` is ``/dev/null``; ``STDOUT`` (for stderr) is whatever stdout is; a
-descriptor is used as it is; ``None`` is this process's own. The child's ends are closed here
-once it is spawned, so its exit (and its descendants') is what ends the streams.
+``PIPE`` makes a pipe: the child gets one end, this process a stream on the other (trio's
+``FdStream`` under trio, ``tether.FdStream`` under asyncio: ``_fdstream``). ``DEVNULL`` is
+``/dev/null``; ``STDOUT`` (for stderr) is whatever stdout is; a descriptor is used as it is;
+``None`` is this process's own. The child's ends are closed here once it is spawned, so its
+exit (and its descendants') is what ends the streams.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from .. import _backend
+from .. import _fdstream
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -28,9 +29,9 @@ class Stdio:
     def __init__(self, stdin: Spec, stdout: Spec, stderr: Spec) -> None:
         self.child_fds: dict[int, int] = {}
         """What the child gets: its descriptor number to ours (dup'ed into it at spawn)."""
-        self.stdin: _backend.PipeStream | None = None
-        self.stdout: _backend.PipeStream | None = None
-        self.stderr: _backend.PipeStream | None = None
+        self.stdin: _fdstream.PipeStream | None = None
+        self.stdout: _fdstream.PipeStream | None = None
+        self.stderr: _fdstream.PipeStream | None = None
         self._close_after: list[int] = []
         try:
             self._open(0, stdin)
@@ -53,7 +54,7 @@ class Stdio:
             theirs, ours = (read, write) if target == 0 else (write, read)
             self._close_after.append(theirs)
             self.child_fds[target] = theirs
-            stream = _backend.fd_stream(ours)
+            stream = _fdstream.fd_stream(ours)
             if target == 0:
                 self.stdin = stream
             elif target == 1:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from .. import _backend, _procfs
+from .. import _backend, _fdstream, _procfs
 from .._clock import Clock
 from ._activity import MarkedChildren, ToolActivity, TreeProgress
 from ._capture import Capture
@@ -208,7 +208,7 @@ class _Run:
         with _backend.move_on_after(KILL_WAIT):
             await self.drains_done.wait()
 
-    async def _feed(self, stream: _backend.PipeStream, data: bytes) -> None:
+    async def _feed(self, stream: _fdstream.PipeStream, data: bytes) -> None:
         try:
             view = memoryview(data)
             for start in range(0, len(view), READ_SIZE):
@@ -218,7 +218,7 @@ class _Run:
         except _backend.closed_errors():
             pass  # the tool closed its input early; what it read is what it gets
 
-    async def _drain(self, stream: _backend.PipeStream, capture: Capture, of: int) -> None:
+    async def _drain(self, stream: _fdstream.PipeStream, capture: Capture, of: int) -> None:
         try:
             while data := await stream.receive_some(READ_SIZE):
                 await capture.add(data)
