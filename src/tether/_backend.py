@@ -57,11 +57,10 @@ def current() -> Backend:
         name = sniffio.current_async_library()
     except sniffio.AsyncLibraryNotFoundError:
         raise UnsupportedBackend("tether must be called from a trio or asyncio task") from None
-    if name == "trio":
-        return Backend.TRIO
-    if name == "asyncio":
-        return Backend.ASYNCIO
-    raise UnsupportedBackend(f"tether runs on trio and asyncio, not {name}")
+    try:
+        return Backend(name)
+    except ValueError:
+        raise UnsupportedBackend(f"tether runs on trio and asyncio, not {name}") from None
 
 
 def _trio() -> Any:
@@ -73,8 +72,7 @@ def on_trio() -> bool:
     return sniffio.current_async_library() == "trio"
 
 
-# The primitives of the hot paths (a spawn, a wait, a tool run): trio's own objects under trio,
-# since anyio's wrappers cost 1 to 2 µs each there (ADR 0053), and anyio's under asyncio.
+# Hot-path primitives: trio's own under trio (anyio's wrappers cost 1-2 µs each), else anyio's.
 
 
 class Event(Protocol):
@@ -314,20 +312,25 @@ async def shielded(fn: Callable[[], Awaitable[T]]) -> T:
 
     import asyncio
 
-    async def call() -> T:
-        return await fn()
+    work = asyncio.ensure_future(fn())
+    cancelled = await _wait_out(work)
+    result = work.result()
+    if cancelled is not None:
+        raise cancelled
+    return result
 
-    work = asyncio.ensure_future(call())
+
+async def _wait_out(work: asyncio.Future[T]) -> BaseException | None:
+    """Under asyncio: wait for ``work`` to end through the caller's cancellations; the last."""
+    import asyncio
+
     cancelled: BaseException | None = None
     while not work.done():
         try:
             await asyncio.wait((work,))  # cancelling the caller leaves the work running
         except asyncio.CancelledError as exc:
             cancelled = exc
-    result = work.result()
-    if cancelled is not None:
-        raise cancelled
-    return result
+    return cancelled
 
 
 def notify_closing(fd: int) -> None:
@@ -350,6 +353,7 @@ async def finish(wait: Callable[[], Awaitable[T]]) -> T:
             return await wait()
     import asyncio
 
+    caught: BaseException
     try:
         return await wait()
     except asyncio.CancelledError as exc:
@@ -357,11 +361,7 @@ async def finish(wait: Callable[[], Awaitable[T]]) -> T:
     # Again in a task of its own: anyio's cancellation is delivered on every turn of the loop,
     # and a wait retried in the cancelled task would lose each race with it.
     work = asyncio.ensure_future(wait())
-    while not work.done():
-        try:
-            await asyncio.wait((work,))
-        except asyncio.CancelledError as exc:
-            caught = exc
+    caught = await _wait_out(work) or caught
     result = work.result()
     task = asyncio.current_task()
     assert task is not None
