@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import psutil
 import pytest
-import trio
 
 from tether.process._table import marks
 
@@ -125,10 +125,11 @@ def unique_session() -> str:
 
 
 async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds (real time)."""
-    with trio.fail_after(timeout):
+    """Poll ``predicate`` until it holds, on either loop; fail after ``timeout`` seconds (the
+    loop's time)."""
+    with anyio.fail_after(timeout):
         while not predicate():
-            await trio.sleep(0.005)
+            await anyio.sleep(0.005)
 
 
 def ours() -> list[psutil.Process]:

@@ -35,13 +35,6 @@ def both_loops(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
     return pytest.mark.parametrize("loop", LOOPS)(run)
 
 
-async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    """Poll ``predicate`` until it holds, on either loop; fail after ``timeout`` seconds."""
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.005)
-
-
 def run_on(loop: str, main: Callable[[], Awaitable[None]]) -> None:
     """``main()`` to its end under ``trio.run`` or ``asyncio.run`` themselves."""
     if loop == "trio":

@@ -26,37 +26,19 @@ def test_a_system_task_started_as_the_run_ends_still_runs_its_finally(loop: str)
     before its first step (so its body, and its ``finally``, would never run); it runs, and
     ends at its first wait (a keeper's reader, started by a replacement as the run ended)."""
     ran: list[str] = []
-    woken = _Flag()
 
-    async def starter() -> None:
+    async def starter(woken: _backend.Event) -> None:
         await woken.wait()
         _backend.spawn_system_task(forever, ran, name="late")
 
     async def main() -> None:
-        _backend.spawn_system_task(starter, name="starter")
+        woken = _backend.event()
+        _backend.spawn_system_task(starter, woken, name="starter")
         await _backend.sleep(0.01)
         woken.set()
 
     run_on(loop, main)
     assert ran == ["finally"]
-
-
-class _Flag:
-    """An event on either loop, made where it is first waited for."""
-
-    def __init__(self) -> None:
-        self.event: _backend.Event | None = None
-        self.is_set = False
-
-    async def wait(self) -> None:
-        self.event = _backend.event()
-        if not self.is_set:
-            await self.event.wait()
-
-    def set(self) -> None:
-        self.is_set = True
-        if self.event is not None:
-            self.event.set()
 
 
 @pytest.mark.parametrize("loop", LOOPS)

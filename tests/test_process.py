@@ -23,9 +23,10 @@ from helpers import (
     marked,
     python,
     unique_session,
+    wait_until,
     zombie_children,
 )
-from loops import both_loops, wait_until
+from loops import both_loops
 from tether import ChildGroup, ProcessRef, SpawnError
 from tether.process._table import marks
 

@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 import tether.process._ref
-from helpers import python, reap_zombie_children, unique_session, zombie_children
-from loops import LOOPS, both_loops, program, wait_until
+from helpers import python, reap_zombie_children, unique_session, wait_until, zombie_children
+from loops import LOOPS, both_loops, program
 from tether import ChildGroup, KeeperUnresponsive, RunResult
 from tether.process._child import REPORT_TIMEOUT
 from tether.process._proc import Stat

@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import anyio
 import psutil
 import pytest
 import trio
@@ -27,21 +28,6 @@ from tether import ChildGroup, ExitedInAnotherTask
 GRACE = 0.2
 BOUND = 2 * GRACE + 1.0
 HEADROOM = 8.0  # a loaded 2-core machine; the bound itself is measured in benchmarks/
-
-
-async def sleep(loop: str, seconds: float) -> None:
-    if loop == "trio":
-        await trio.sleep(seconds)
-    else:
-        await asyncio.sleep(seconds)
-
-
-async def until(loop: str, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll ``predicate`` on either loop; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await sleep(loop, 0.005)
 
 
 def gone(pids: list[int]) -> bool:
@@ -118,7 +104,7 @@ async def _timed_out(body: Callable[[], Awaitable[None]], tree: list[int]) -> No
     """``body()`` in ``asyncio.timeout``, which expires once ``tree`` is known."""
     async with asyncio.timeout(None) as deadline:
         task = asyncio.ensure_future(body())
-        await until("asyncio", lambda: len(tree) >= 7)
+        await wait_until(lambda: len(tree) >= 7, timeout=20)
         deadline.reschedule(asyncio.get_running_loop().time())
         await task
 
@@ -152,8 +138,8 @@ def test_a_native_asyncio_cancellation_stops_the_tree(tmp_path: Path, how: str) 
             if how == "cancel-again":
                 argv = [sys.executable, "-c", textwrap.dedent(STUBBORN), str(stubborn)]
                 children.append(await group.spawn(argv))
-                await until("asyncio", lambda: stubborn.exists())
-            await until("asyncio", lambda: ready.exists() and len(tree_pids(session)) >= 7)
+                await wait_until(lambda: stubborn.exists(), timeout=20)
+            await wait_until(lambda: ready.exists() and len(tree_pids(session)) >= 7, timeout=20)
             tree.extend(tree_pids(session))
             await asyncio.sleep(3600)
 
@@ -163,12 +149,12 @@ def test_a_native_asyncio_cancellation_stops_the_tree(tmp_path: Path, how: str) 
                 await _timed_out(body, tree)
             return
         task = asyncio.ensure_future(body())
-        await until("asyncio", lambda: len(tree) >= 7)
+        await wait_until(lambda: len(tree) >= 7, timeout=20)
         task.cancel()
         if how == "cancel-again":
             # The teardown has begun once the stubborn child has its SIGINT: cancel it again
             # and again until it ends.
-            await until("asyncio", lambda: stubborn.with_suffix(".sigint").exists())
+            await wait_until(lambda: stubborn.with_suffix(".sigint").exists(), timeout=20)
             while not task.done():
                 task.cancel()
                 await asyncio.sleep(0.01)
@@ -199,16 +185,16 @@ def test_a_cancelled_group_stops_its_tree(tmp_path: Path, loop: str) -> None:
     async def body() -> None:
         async with ChildGroup(session, 1, grace=GRACE) as group:
             await group.spawn([sys.executable, "-c", textwrap.dedent(TREE), str(ready)])
-            await until(loop, lambda: ready.exists() and len(tree_pids(session)) >= 7)
+            await wait_until(lambda: ready.exists() and len(tree_pids(session)) >= 7, timeout=20)
             tree.extend(tree_pids(session))
-            await sleep(loop, 3600)
+            await anyio.sleep(3600)
 
     async def main() -> None:
         if loop == "trio":
             with trio.move_on_after(30) as scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(body)
-                    await until(loop, lambda: len(tree) >= 7)
+                    await wait_until(lambda: len(tree) >= 7, timeout=20)
                     scope.cancel()
         else:
             with pytest.raises(TimeoutError):

@@ -18,8 +18,8 @@ import anyio
 import psutil
 import pytest
 
-from helpers import python, unique_session
-from loops import both_loops, wait_until
+from helpers import python, unique_session, wait_until
+from loops import both_loops
 from tether import ChildGroup, ManualClock, ToolActivity, ToolFailed, ToolStall
 from tether.process import _capture
 

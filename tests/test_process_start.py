@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 import tether.process._start
-from helpers import python, unique_session, zombie_children
-from loops import both_loops, wait_until
+from helpers import python, unique_session, wait_until, zombie_children
+from loops import both_loops
 from tether.process import (
     ProcessRef,
     SpawnError,
