@@ -2,8 +2,9 @@
 
 Run with ``make bench`` (or ``python benchmarks/channels.py [--messages N]``). Prints markdown
 tables: messages per second for every capacity and producer count, best of 3, with the ratios
-tether/trio and tether/asyncio; then ``recv_many`` against ``asyncio.Queue``; then how long a
-parked receiver takes to wake after the last sender is closed or dropped.
+tether/trio and tether/asyncio; then the same programs under ``asyncio.run``, tether against
+``asyncio.Queue`` and anyio's memory streams; then ``recv_many`` against ``asyncio.Queue``; then
+how long a parked receiver takes to wake after the last sender is closed or dropped.
 
 Every implementation moves the same integers through the same shape of program: P producers
 share the messages, one consumer receives them one by one. anyio runs on its trio backend, so
@@ -134,6 +135,54 @@ def run_asyncio(capacity: float, producers: int, messages: int) -> float:
     return asyncio.run(main())
 
 
+def run_tether_asyncio(capacity: float, producers: int, messages: int) -> float:
+    """The same program as ``run_tether`` under ``asyncio.run``."""
+
+    async def main() -> float:
+        tx, rx = tether.channel(int, capacity)
+
+        async def produce(sender: tether.Sender[int], items: range) -> None:
+            with sender:
+                for i in items:
+                    await sender.send(i)
+
+        start = time.perf_counter()
+        shares = _split(messages, producers)
+        tasks = [asyncio.create_task(produce(tx.clone(), items)) for items in shares]
+        tx.close()
+        async for _ in rx:
+            pass
+        await asyncio.gather(*tasks)
+        return time.perf_counter() - start
+
+    return asyncio.run(main())
+
+
+def run_anyio_asyncio(capacity: float, producers: int, messages: int) -> float:
+    """anyio's memory object streams under ``asyncio.run`` (anyio's asyncio backend)."""
+    import anyio
+    from anyio.streams.memory import MemoryObjectSendStream
+
+    async def main() -> float:
+        tx, rx = anyio.create_memory_object_stream[int](capacity)
+
+        async def produce(sender: MemoryObjectSendStream[int], items: range) -> None:
+            async with sender:
+                for i in items:
+                    await sender.send(i)
+
+        start = time.perf_counter()
+        async with anyio.create_task_group() as group:
+            for items in _split(messages, producers):
+                group.start_soon(produce, tx.clone(), items)
+            await tx.aclose()
+            async for _ in rx:
+                pass
+        return time.perf_counter() - start
+
+    return asyncio.run(main())
+
+
 def run_tether_recv_many(capacity: float, producers: int, messages: int) -> float:
     """Producers ``try_send`` and fall back to ``send`` when full; the consumer ``recv_many``."""
     return _recv_many(capacity, producers, messages, batch_producers=True)
@@ -215,6 +264,30 @@ def throughput_table(messages: int, rounds: int) -> list[str]:
                 f" | {_rate(rates['anyio'])} | {_rate(rates['asyncio'])}"
                 f" | {_ratio(rates['tether'], rates['trio'])}"
                 f" | {_ratio(rates['tether'], rates['asyncio'])} |"
+            )
+    return lines
+
+
+def asyncio_table(messages: int, rounds: int) -> list[str]:
+    """The throughput program under ``asyncio.run``: tether against ``asyncio.Queue`` (no
+    rendezvous: capacity 0 has no figure) and anyio's memory streams (which have one)."""
+    lines = [
+        "",
+        f"Under `asyncio.run`, messages/s ({messages:,} messages, best of {rounds})",
+        "",
+        "| capacity | producers | tether | asyncio.Queue | anyio (asyncio) | tether/asyncio"
+        " | tether/anyio |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for capacity in (0, 1, 64, math.inf):
+        for producers in PRODUCERS:
+            ours = best(run_tether_asyncio, capacity, producers, messages, rounds)
+            queue = best(run_asyncio, capacity, producers, messages, rounds)
+            anyio_rate = best(run_anyio_asyncio, capacity, producers, messages, rounds)
+            cap = "unbounded" if capacity == math.inf else str(int(capacity))
+            lines.append(
+                f"| {cap} | {producers} | {_rate(ours)} | {_rate(queue)} | {_rate(anyio_rate)}"
+                f" | {_ratio(ours, queue)} | {_ratio(ours, anyio_rate)} |"
             )
     return lines
 
@@ -325,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"Python {sys.version.split()[0]}, trio {trio.__version__}\n")
     for line in throughput_table(args.messages, args.rounds):
+        print(line, flush=True)
+    for line in asyncio_table(args.messages, args.rounds):
         print(line, flush=True)
     for line in recv_many_table(args.messages, args.rounds):
         print(line, flush=True)

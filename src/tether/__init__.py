@@ -104,6 +104,7 @@ __all__ = [
     "WatchReceiver",
     "WatchSender",
     "WeakSender",
+    "WouldBlock",
     "channel",
     "EtcdEpochStore",
     "find_twins",
@@ -147,6 +148,7 @@ _LAYER = {
     "WatchReceiver": "channels",
     "WatchSender": "channels",
     "WeakSender": "channels",
+    "WouldBlock": "channels",
     "channel": "channels",
     "oneshot": "channels",
     "watch": "channels",
@@ -284,6 +286,7 @@ if TYPE_CHECKING:
     from .channels import WatchReceiver as WatchReceiver
     from .channels import WatchSender as WatchSender
     from .channels import WeakSender as WeakSender
+    from .channels import WouldBlock as WouldBlock
     from .channels import broadcast as broadcast
     from .channels import channel as channel
     from .channels import oneshot as oneshot

@@ -13,6 +13,7 @@ from ._errors import ChannelClosed as ChannelClosed
 from ._errors import ChannelEnded as ChannelEnded
 from ._errors import ReceiverClosed as ReceiverClosed
 from ._errors import SendError as SendError
+from ._errors import WouldBlock as WouldBlock
 from ._handles import Holder as Holder
 from ._mpsc import ChannelStatistics as ChannelStatistics
 from ._mpsc import Receiver as Receiver
@@ -46,6 +47,7 @@ __all__ = [
     "WatchReceiver",
     "WatchSender",
     "WeakSender",
+    "WouldBlock",
     "channel",
     "oneshot",
     "watch",

@@ -11,7 +11,6 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, final
 
 import attrs
 from trio.lowlevel import (
-    Task,
     cancel_shielded_checkpoint,
     checkpoint_if_cancelled,
     enable_ki_protection,
@@ -19,7 +18,7 @@ from trio.lowlevel import (
 
 from .._util import NoPublicConstructor
 from ._errors import ChannelEnded, ReceiverClosed, SendError
-from ._handles import Closeable, Holder, SharedState, StrongHandle, park, wake_all
+from ._handles import Closeable, Holder, SharedState, StrongHandle, park
 from ._typecheck import ClassSpec, isinstance_spec, wrong_type
 
 T = TypeVar("T")
@@ -45,10 +44,10 @@ class _Broadcast(SharedState, Generic[T]):
     next: int = 0
     """The number the next value sent will have."""
     receivers: int = 0
-    waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
+    waiters: OrderedDict[Any, None] = attrs.field(factory=OrderedDict)
 
     def _last_sender_gone(self) -> None:
-        wake_all(self.waiters)
+        self.wake_all(self.waiters)
 
 
 def broadcast(
@@ -106,7 +105,7 @@ class BroadcastSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
         state.ring[number % state.capacity] = value
         state.next = number + 1
         if state.waiters:
-            wake_all(state.waiters)
+            state.wake_all(state.waiters)
         return state.receivers
 
     def subscribe(self) -> BroadcastReceiver[T]:
@@ -152,7 +151,11 @@ class BroadcastReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
         state = self._state
         if self._closed:
             raise ReceiverClosed(f"this subscriber of {state.label} was closed")
-        await checkpoint_if_cancelled()
+        aio = state.aio
+        if aio is None:
+            aio = state.bind()
+        if not aio:
+            await checkpoint_if_cancelled()
         number = self._next
         while number >= state.next:
             if not state.live:
@@ -165,7 +168,8 @@ class BroadcastReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
             raise Lagged(oldest - number)
         self._next = number + 1
         value: T = state.ring[number % state.capacity]
-        await cancel_shielded_checkpoint()
+        if not aio:
+            await cancel_shielded_checkpoint()
         return value
 
     def resubscribe(self) -> BroadcastReceiver[T]:

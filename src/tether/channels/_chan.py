@@ -9,13 +9,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 from outcome import Error, Value
-from trio.lowlevel import (
-    Task,
-    reschedule,
-)
 
 from ._errors import ChannelClosed, ChannelEnded, ReceiverClosed, SendError
-from ._handles import SharedState, wake_all
+from ._handles import SharedState
 from ._permit import SLOT, new_permit
 from ._typecheck import ClassSpec
 
@@ -83,10 +79,11 @@ class _Chan(SharedState, Generic[T]):
     capacity: float = 0
     types: ClassSpec | None = None
     buffer: deque[T] = attrs.field(factory=deque)
-    send_tasks: OrderedDict[Task, tuple[T, Sender[T]]] = attrs.field(factory=OrderedDict)
-    recv_tasks: OrderedDict[Task, object] = attrs.field(factory=OrderedDict)
+    send_tasks: OrderedDict[Any, tuple[T, Sender[T]]] = attrs.field(factory=OrderedDict)
+    """Tasks parked in ``send`` (trio tasks, or asyncio ``Parked`` keys), with their values."""
+    recv_tasks: OrderedDict[Any, object] = attrs.field(factory=OrderedDict)
     """Tasks parked in ``recv``, each with the receiver handle it waits on."""
-    closed_waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
+    closed_waiters: OrderedDict[Any, None] = attrs.field(factory=OrderedDict)
     rx_closed: bool = False
     rx_reason: str | None = None
     receivers: int = 1
@@ -101,7 +98,7 @@ class _Chan(SharedState, Generic[T]):
         # A task parks in recv only while the buffer is empty, so nothing more can come
         # (unless a permit is still held: its value may).
         if not self.reserved:
-            wake_all(self.recv_tasks, self.closed_error)
+            self.wake_all(self.recv_tasks, self.closed_error)
 
     def may_admit(self) -> bool:
         """Whether a receive now lets the oldest parked sender in: the item it takes frees a
@@ -117,9 +114,9 @@ class _Chan(SharedState, Generic[T]):
         task, (value, _) = self.send_tasks.popitem(last=False)
         if value is SLOT:
             self.reserved += 1
-            reschedule(task, Value(new_permit(self)))
+            self.wake(task, Value(new_permit(self)))
         else:
-            reschedule(task)
+            self.wake(task)
             self.buffer.append(value)
 
     def closed_error(self) -> ChannelClosed:
@@ -136,12 +133,13 @@ class _Chan(SharedState, Generic[T]):
         self.rx_closed = True
         self.rx_reason = reason
         send_tasks = self.send_tasks
+        wake = self.wake
         while send_tasks:
             task, (value, _) = send_tasks.popitem(last=False)
             lost = None if value is SLOT else value
-            reschedule(task, Error(SendError(lost, reason=reason)))
-        wake_all(self.recv_tasks, self.closed_error)
-        wake_all(self.closed_waiters)
+            wake(task, Error(SendError(lost, reason=reason)))
+        self.wake_all(self.recv_tasks, self.closed_error)
+        self.wake_all(self.closed_waiters)
 
     def statistics(self) -> ChannelStatistics:
         """A snapshot of the channel's counts."""

@@ -8,6 +8,10 @@ the channel through ``TrioToken.run_sync_soon``, which is thread-safe and re-ent
 with the handle's creation site. When that run is over no task can be parked on the channel, so
 the release is plain bookkeeping on our own fields and touches nothing of trio's.
 
+A channel binds to its loop at its first wait (``bind``): under trio it parks tasks with
+``trio.lowlevel`` and takes a checkpoint per operation; under asyncio it parks them on
+``_aiopark`` futures and, like ``asyncio.Queue``, suspends only to wait (ADR 0054).
+
 Every live strong sender has a record (name, ``file:line``, creating task) in ``live``: the same
 dict is the reference count and the answer to "who keeps this channel open?" (``holders()``).
 """
@@ -18,13 +22,17 @@ import sys
 import warnings
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, ClassVar, NoReturn, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, Self
 
 import attrs
 import trio
 from outcome import Error
 
+from .. import _backend
 from .._util import caller_site
+
+if TYPE_CHECKING:
+    from .. import _aiopark
 
 _is_finalizing = sys.is_finalizing
 
@@ -38,7 +46,8 @@ class Holder:
     site: str
     """Where the handle was created (``channel()``, ``clone()``, ``move()``...): ``file:line``."""
     task: str | None
-    """The name of the trio task that created the handle; ``None`` outside a trio run."""
+    """The name of the task (trio's or asyncio's) that created the handle; ``None`` outside
+    one."""
 
 
 def current_token() -> trio.lowlevel.TrioToken | None:
@@ -50,11 +59,19 @@ def current_token() -> trio.lowlevel.TrioToken | None:
 
 
 def current_task_name() -> str | None:
-    """The name of the running trio task, or ``None`` outside one."""
+    """The name of the running task (trio's or asyncio's), or ``None`` outside one."""
     try:
         return trio.lowlevel.current_task().name
     except RuntimeError:
+        pass
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
         return None
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return None
+    return None if task is None else task.get_name()
 
 
 @attrs.define(slots=True, eq=False, repr=False)
@@ -65,8 +82,14 @@ class SharedState:
     live: dict[int, tuple[str, str, int, str | None]] = attrs.field(factory=dict)
     """One record ``(name, file, line, task)`` per live strong sender: the reference count.
     When it becomes empty the send half of the channel is closed and ``_last_sender_gone`` runs."""
-    token: trio.lowlevel.TrioToken | None = attrs.field(factory=current_token)
-    """The trio run that last parked a task on this channel: where finalizers send releases."""
+    token: trio.lowlevel.TrioToken | _aiopark.Loop | None = attrs.field(factory=current_token)
+    """The run that last parked a task on this channel (a trio token, or the asyncio loop):
+    where finalizers send releases."""
+    aio: _aiopark.Loop | Literal[False] | None = None
+    """The loop this channel's tasks wait on: ``False`` for trio, the asyncio ``Loop``, or
+    ``None`` until its first wait (``bind``)."""
+    wake: Callable[..., None] = trio.lowlevel.reschedule
+    """How a parked task is woken: ``trio.lowlevel.reschedule`` or ``_aiopark.reschedule``."""
     tx_reason: str | None = None
     """Why the senders closed, as the last ``close(reason=...)`` of a sender said."""
     _next_key: int = 0
@@ -81,6 +104,30 @@ class SharedState:
     def tag(self) -> str:
         """How reprs name this channel: `` 'cmd'`` or nothing."""
         return f" {self.name!r}" if self.name else ""
+
+    def bind(self) -> _aiopark.Loop | Literal[False]:
+        """Bind to the loop of the running task, at the channel's first wait."""
+        if _backend.on_trio():
+            self.aio = False
+        else:
+            from .. import _aiopark
+
+            self.aio = self.token = _aiopark.bind()
+            self.wake = _aiopark.reschedule
+        return self.aio
+
+    def wake_all(
+        self, waiters: dict[Any, Any], error: Callable[[], BaseException] | None = None
+    ) -> None:
+        """Wake every parked task, oldest first, with ``None`` or raising a fresh ``error()``."""
+        wake = self.wake
+        while waiters:
+            task = next(iter(waiters))
+            del waiters[task]
+            if error is None:
+                wake(task)
+            else:
+                wake(task, Error(error()))
 
     def acquire(self, name: str | None, depth: int) -> int:
         """Register a new strong sender created ``depth`` frames above the caller; its key."""
@@ -119,7 +166,7 @@ class SharedState:
         if token is not None:
             try:
                 token.run_sync_soon(fn, *args)
-            except trio.RunFinishedError:
+            except RuntimeError:  # the run is over (trio's RunFinishedError is one)
                 pass
             else:
                 return
@@ -160,7 +207,7 @@ class Closeable:
     async def aclose(self) -> None:
         """``close()``, then a checkpoint."""
         self.close()
-        await trio.lowlevel.checkpoint()
+        await _backend.checkpoint()
 
 
 class StrongHandle(Closeable):
@@ -230,11 +277,16 @@ class StrongHandle(Closeable):
         )
 
 
-async def park(waiters: dict[trio.lowlevel.Task, None], shared: SharedState) -> Any:
-    """Park the current task in ``waiters`` until someone reschedules it; cancel-safe.
+async def park(waiters: dict[Any, None], shared: SharedState) -> Any:
+    """Park the current task in ``waiters`` until someone wakes it; cancel-safe.
 
     ``custom_sleep_data`` names the channel, so a deadlock report can say what a task waits on.
     """
+    aio = shared.aio
+    if aio is None:
+        aio = shared.bind()
+    if aio:
+        return await aio.park(waiters, None, shared)
     task = trio.lowlevel.current_task()
     waiters[task] = None
     task.custom_sleep_data = shared
@@ -247,15 +299,11 @@ async def park(waiters: dict[trio.lowlevel.Task, None], shared: SharedState) -> 
     return await trio.lowlevel.wait_task_rescheduled(abort)
 
 
-def wake_all(
-    waiters: dict[trio.lowlevel.Task, Any],
-    error: Callable[[], BaseException] | None = None,
-) -> None:
-    """Reschedule every parked task, oldest first, with ``None`` or raising a fresh ``error()``."""
-    while waiters:
-        task = next(iter(waiters))
-        del waiters[task]
-        if error is None:
-            trio.lowlevel.reschedule(task)
-        else:
-            trio.lowlevel.reschedule(task, Error(error()))
+async def checkpoint(shared: SharedState) -> None:
+    """A checkpoint on trio; nothing under asyncio, whose queues do not suspend unless they
+    wait."""
+    aio = shared.aio
+    if aio is None:
+        aio = shared.bind()
+    if not aio:
+        await trio.lowlevel.checkpoint()

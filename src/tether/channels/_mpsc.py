@@ -21,14 +21,13 @@ from trio.lowlevel import (
     current_task,
     current_trio_token,
     enable_ki_protection,
-    reschedule,
     wait_task_rescheduled,
 )
 
 from .._util import NoPublicConstructor
 from ._chan import ChannelStatistics, _Chan, _Counts
-from ._errors import SendError
-from ._handles import StrongHandle, park
+from ._errors import SendError, WouldBlock
+from ._handles import StrongHandle, checkpoint, park
 from ._permit import SLOT, Permit, new_permit
 from ._receiver import Receiver
 from ._typecheck import isinstance_spec, wrong_type
@@ -138,18 +137,25 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
         types = chan.types
         if types is not None and not isinstance(value, types):
             raise wrong_type(value, types)
-        await checkpoint_if_cancelled()
+        aio = chan.aio
+        if aio is None:
+            aio = chan.bind()
+        if not aio:
+            await checkpoint_if_cancelled()
         if chan.rx_closed:
             raise SendError(value, reason=chan.rx_reason)
         recv_tasks = chan.recv_tasks
         buffered = len(chan.buffer)
         if recv_tasks:
             task, _ = recv_tasks.popitem(last=False)
-            reschedule(task, Value(value))
+            chan.wake(task, Value(value))
         elif buffered + chan.reserved < chan.capacity:
             chan.buffer.append(value)
             if buffered >= chan.peak:
                 chan.peak = buffered + 1
+        elif aio:
+            await aio.park(chan.send_tasks, (value, self), chan)
+            return
         else:
             task = current_task()
             send_tasks = chan.send_tasks
@@ -163,14 +169,15 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
 
             await wait_task_rescheduled(abort)
             return
-        await cancel_shielded_checkpoint()
+        if not aio:
+            await cancel_shielded_checkpoint()
 
     @enable_ki_protection
     def try_send(self, value: T) -> None:
         """Send ``value`` now or not at all; not a checkpoint.
 
         Raises:
-            trio.WouldBlock: the buffer is full.
+            WouldBlock: the buffer is full.
             SendError: the receiver is closed; the value is in ``.value``.
             TypeError, trio.ClosedResourceError, RuntimeError: as for ``send``.
         """
@@ -188,13 +195,13 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
         buffered = len(chan.buffer)
         if recv_tasks:
             task, _ = recv_tasks.popitem(last=False)
-            reschedule(task, Value(value))
+            chan.wake(task, Value(value))
         elif buffered + chan.reserved < chan.capacity:
             chan.buffer.append(value)
             if buffered >= chan.peak:
                 chan.peak = buffered + 1
         else:
-            raise trio.WouldBlock
+            raise WouldBlock
 
     send_nowait = try_send
     """trio's name for ``try_send``."""
@@ -218,14 +225,22 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
             self._unusable()
         if chan.capacity == 0:
             raise ValueError(f"reserve() needs a buffer; {chan.label} has capacity 0")
-        await checkpoint_if_cancelled()
+        aio = chan.aio
+        if aio is None:
+            aio = chan.bind()
+        if not aio:
+            await checkpoint_if_cancelled()
         if chan.rx_closed:
             raise SendError(None, reason=chan.rx_reason)
         if len(chan.buffer) + chan.reserved < chan.capacity and not chan.send_tasks:
             chan.reserved += 1
             permit: Permit[T] = new_permit(chan)
-            await cancel_shielded_checkpoint()
+            if not aio:
+                await cancel_shielded_checkpoint()
             return permit
+        if aio:
+            held: Permit[T] = await aio.park(chan.send_tasks, (SLOT, self), chan)
+            return held
         task = current_task()
         send_tasks = chan.send_tasks
         send_tasks[task] = (SLOT, self)  # type: ignore[assignment]
@@ -281,7 +296,7 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
         """
         chan = self._chan
         if chan.rx_closed:
-            await trio.lowlevel.checkpoint()
+            await checkpoint(chan)
         else:
             await park(chan.closed_waiters, chan)
 
@@ -290,7 +305,7 @@ class Sender(StrongHandle, _Counts, trio.abc.SendChannel[T], metaclass=NoPublicC
         mine = [task for task, (_, handle) in send_tasks.items() if handle is self]
         for task in mine:
             del send_tasks[task]
-            reschedule(task, Error(trio.ClosedResourceError("the sender was closed mid-send")))
+            self._chan.wake(task, Error(trio.ClosedResourceError("the sender was closed mid-send")))
 
 
 @final

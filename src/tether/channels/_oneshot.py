@@ -11,19 +11,16 @@ from collections.abc import Generator
 from typing import Any, ClassVar, Generic, TypeVar, final, overload
 
 import attrs
-import trio
 from outcome import Value
 from trio.lowlevel import (
-    Task,
     cancel_shielded_checkpoint,
     checkpoint_if_cancelled,
     enable_ki_protection,
-    reschedule,
 )
 
 from .._util import NoPublicConstructor
-from ._errors import ChannelClosed, ChannelEnded, SendError
-from ._handles import Closeable, Holder, SharedState, StrongHandle, park, wake_all
+from ._errors import ChannelClosed, ChannelEnded, SendError, WouldBlock
+from ._handles import Closeable, Holder, SharedState, StrongHandle, checkpoint, park
 from ._typecheck import ClassSpec, describe, isinstance_spec
 
 T = TypeVar("T")
@@ -39,12 +36,12 @@ class _Oneshot(SharedState, Generic[T]):
     value: T | None = None
     rx_closed: bool = False
     rx_reason: str | None = None
-    recv_tasks: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
-    closed_waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
+    recv_tasks: OrderedDict[Any, None] = attrs.field(factory=OrderedDict)
+    closed_waiters: OrderedDict[Any, None] = attrs.field(factory=OrderedDict)
 
     def _last_sender_gone(self) -> None:
         if self.stage == _PENDING:
-            wake_all(self.recv_tasks, self.unsent_error)
+            self.wake_all(self.recv_tasks, self.unsent_error)
 
     def unsent_error(self) -> ChannelClosed:
         return ChannelEnded(f"{self.label}: the sender was dropped unsent", reason=self.tx_reason)
@@ -53,8 +50,8 @@ class _Oneshot(SharedState, Generic[T]):
         if not self.rx_closed:
             self.rx_closed = True
             self.rx_reason = reason
-            wake_all(self.recv_tasks, self.unsent_error)
-            wake_all(self.closed_waiters)
+            self.wake_all(self.recv_tasks, self.unsent_error)
+            self.wake_all(self.closed_waiters)
 
 
 @overload
@@ -127,7 +124,7 @@ class OneshotSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
             task, _ = state.recv_tasks.popitem(last=False)
             state.stage = _TAKEN
             state.value = None
-            reschedule(task, Value(value))
+            state.wake(task, Value(value))
         self.close()
 
     def is_closed(self) -> bool:
@@ -139,7 +136,7 @@ class OneshotSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
         """Wait until the receiver is closed or dropped. Cancel safety: safe."""
         state = self._state
         if state.rx_closed:
-            await trio.lowlevel.checkpoint()
+            await checkpoint(state)
         else:
             await park(state.closed_waiters, state)
 
@@ -171,13 +168,18 @@ class OneshotReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
 
         Cancel safety: if cancelled, the value (if any) stays receivable.
         """
-        await checkpoint_if_cancelled()
         state = self._state
+        aio = state.aio
+        if aio is None:
+            aio = state.bind()
+        if not aio:
+            await checkpoint_if_cancelled()
         if state.stage == _SENT:
             value: T = state.value  # type: ignore[assignment]
             state.value = None
             state.stage = _TAKEN
-            await cancel_shielded_checkpoint()
+            if not aio:
+                await cancel_shielded_checkpoint()
             return value
         self._check_pending()
         if state.recv_tasks:
@@ -189,7 +191,7 @@ class OneshotReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
         """The value if it was sent; not a checkpoint.
 
         Raises:
-            trio.WouldBlock: not sent yet.
+            WouldBlock: not sent yet.
             ChannelClosed, RuntimeError: as for ``recv``.
         """
         state = self._state
@@ -199,7 +201,7 @@ class OneshotReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
             state.stage = _TAKEN
             return value
         self._check_pending()
-        raise trio.WouldBlock
+        raise WouldBlock
 
     def _check_pending(self) -> None:
         state = self._state

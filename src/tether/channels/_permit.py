@@ -8,11 +8,11 @@ import enum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
 from outcome import Value
-from trio.lowlevel import enable_ki_protection, reschedule
+from trio.lowlevel import enable_ki_protection
 
 from .._util import NoPublicConstructor
 from ._errors import SendError
-from ._handles import Closeable, wake_all
+from ._handles import Closeable
 from ._typecheck import wrong_type
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Permit(Closeable, Generic[T], metaclass=NoPublicConstructor):
             raise SendError(value, reason=chan.rx_reason)
         if chan.recv_tasks:
             task, _ = chan.recv_tasks.popitem(last=False)
-            reschedule(task, Value(value))
+            chan.wake(task, Value(value))
         else:
             buffer = chan.buffer
             buffer.append(value)
@@ -113,4 +113,4 @@ def _ended_if_last(chan: _Chan[Any]) -> None:
     """Every sender is gone and this was the last permit: receivers waiting on an empty buffer
     will get nothing more."""
     if not chan.live and not chan.reserved and not chan.buffer:
-        wake_all(chan.recv_tasks, chan.closed_error)
+        chan.wake_all(chan.recv_tasks, chan.closed_error)

@@ -14,13 +14,12 @@ from trio.lowlevel import (
     current_task,
     current_trio_token,
     enable_ki_protection,
-    reschedule,
     wait_task_rescheduled,
 )
 
 from .._util import NoPublicConstructor
 from ._chan import ChannelStatistics, _Chan, _Counts
-from ._errors import ChannelClosed, ReceiverClosed
+from ._errors import ChannelClosed, ReceiverClosed, WouldBlock
 from ._handles import Closeable, Holder
 
 T = TypeVar("T")
@@ -82,7 +81,11 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
         chan = self._chan
         if self._closed and not chan.rx_closed:
             raise self._handle_closed()
-        await checkpoint_if_cancelled()
+        aio = chan.aio
+        if aio is None:
+            aio = chan.bind()
+        if not aio:
+            await checkpoint_if_cancelled()
         observer = self._observer
         if observer is not None:
             observer.waiting()
@@ -94,10 +97,16 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
             value = buffer.popleft()
             if observer is not None:  # taken now: no other task may see it still asking
                 observer.took(value)
-            await cancel_shielded_checkpoint()
+            if not aio:
+                await cancel_shielded_checkpoint()
             return value
         if chan.rx_closed or not (chan.live or chan.reserved):
             raise chan.closed_error()
+        if aio:
+            got: T = await aio.park(chan.recv_tasks, self, chan)
+            if observer is not None:
+                observer.took(got)
+            return got
         task = current_task()
         recv_tasks = chan.recv_tasks
         recv_tasks[task] = self
@@ -121,7 +130,7 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
         """The next item if one is ready; not a checkpoint.
 
         Raises:
-            trio.WouldBlock: nothing is buffered and senders remain.
+            WouldBlock: nothing is buffered and senders remain.
             ChannelClosed: nothing is buffered and no sender remains (or the receiver closed).
         """
         chan = self._chan
@@ -141,7 +150,7 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
             return value
         if chan.rx_closed or not (chan.live or chan.reserved):
             raise chan.closed_error()
-        raise trio.WouldBlock
+        raise WouldBlock
 
     receive_nowait = try_recv
     """trio's name for ``try_recv``."""
@@ -175,7 +184,11 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
         if limit < 1:
             raise ValueError(f"limit must be at least 1, not {limit!r}")
         chan = self._chan
-        await checkpoint_if_cancelled()
+        aio = chan.aio
+        if aio is None:
+            aio = chan.bind()
+        if not aio:
+            await checkpoint_if_cancelled()
         batch = chan.take(limit)
         if batch:
             observer = self._observer
@@ -183,7 +196,8 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
                 observer.waiting()
                 for item in batch:
                     observer.took(item)
-            await cancel_shielded_checkpoint()
+            if not aio:
+                await cancel_shielded_checkpoint()
             return batch
         first = await self.recv()
         if limit == 1:
@@ -214,7 +228,7 @@ class Receiver(Closeable, _Counts, trio.abc.ReceiveChannel[T], metaclass=NoPubli
         recv_tasks = chan.recv_tasks
         for task in [task for task, handle in recv_tasks.items() if handle is self]:
             del recv_tasks[task]
-            reschedule(task, Error(self._handle_closed()))
+            chan.wake(task, Error(self._handle_closed()))
 
     def __del__(self) -> None:
         chan = getattr(self, "_chan", None)

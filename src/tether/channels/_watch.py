@@ -8,15 +8,15 @@ Receivers see the newest value, not every value. Senders are counted references 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import ClassVar, Generic, TypeVar, final
+from typing import Any, ClassVar, Generic, TypeVar, final
 
 import attrs
 import trio
-from trio.lowlevel import Task, cancel_shielded_checkpoint, checkpoint_if_cancelled
+from trio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from .._util import NoPublicConstructor
 from ._errors import ChannelClosed, ChannelEnded, SendError
-from ._handles import Closeable, Holder, SharedState, StrongHandle, park, wake_all
+from ._handles import Closeable, Holder, SharedState, StrongHandle, checkpoint, park
 
 T = TypeVar("T")
 
@@ -28,16 +28,16 @@ class _Watch(SharedState, Generic[T]):
     version: int = 0
     receivers: int = 1
     """Live receivers; when it reaches 0 sends fail and ``WatchSender.closed()`` returns."""
-    changed_waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
-    closed_waiters: OrderedDict[Task, None] = attrs.field(factory=OrderedDict)
+    changed_waiters: OrderedDict[Any, None] = attrs.field(factory=OrderedDict)
+    closed_waiters: OrderedDict[Any, None] = attrs.field(factory=OrderedDict)
 
     def _last_sender_gone(self) -> None:
-        wake_all(self.changed_waiters)
+        self.wake_all(self.changed_waiters)
 
     def drop_receiver(self) -> None:
         self.receivers -= 1
         if self.receivers == 0:
-            wake_all(self.closed_waiters)
+            self.wake_all(self.closed_waiters)
 
 
 def watch(initial: T, *, name: str | None = None) -> tuple[WatchSender[T], WatchReceiver[T]]:
@@ -90,7 +90,7 @@ class WatchSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
             raise SendError(value)
         state.value = value
         state.version += 1
-        wake_all(state.changed_waiters)
+        state.wake_all(state.changed_waiters)
 
     def borrow(self) -> T:
         """The current value."""
@@ -127,7 +127,7 @@ class WatchSender(StrongHandle, Generic[T], metaclass=NoPublicConstructor):
         """Wait until every receiver is closed or dropped. Cancel safety: safe."""
         state = self._state
         if state.receivers == 0:
-            await trio.lowlevel.checkpoint()
+            await checkpoint(state)
         else:
             await park(state.closed_waiters, state)
 
@@ -186,10 +186,15 @@ class WatchReceiver(Closeable, Generic[T], metaclass=NoPublicConstructor):
         if self._closed:
             raise trio.ClosedResourceError("this watch receiver was closed")
         state = self._state
-        await checkpoint_if_cancelled()
+        aio = state.aio
+        if aio is None:
+            aio = state.bind()
+        if not aio:
+            await checkpoint_if_cancelled()
         if state.version != self._seen:
             self._seen = state.version
-            await cancel_shielded_checkpoint()
+            if not aio:
+                await cancel_shielded_checkpoint()
             return
         while state.version == self._seen:
             if not state.live:
