@@ -1,7 +1,7 @@
 """tether.channels against a model: random interleavings of every handle operation.
 
-Each example is a program of operations run in one trio run on a real channel and on a plain
-model (a list of live strong handles, a deque, a closed flag). After every step the counts must
+Each example is a program of operations run in one trio run (or one ``asyncio.run``: the same
+state machine, parked the other loop's way) on a real channel and on a plain model (a list of live strong handles, a deque, a closed flag). After every step the counts must
 agree, and every observation (a value, ``WouldBlock``, ``ChannelClosed``, ``SendError``) must be
 the one the model predicts: so the receiver sees ``ChannelClosed`` exactly when the model's strong
 count is 0 and its buffer is empty, and no message is lost, duplicated or reordered.
@@ -9,6 +9,7 @@ count is 0 and its buffer is empty, and no message is lost, duplicated or reorde
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import warnings
@@ -21,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tether
+from loops import LOOPS, run_on
 from tether import ChannelClosed, Sender, SendError, WeakSender
 
 _index = st.integers(0, 7)
@@ -140,15 +142,23 @@ class _Program:
         assert len(self.rx.holders()) == len(self.strong)
 
 
+async def _settle(loop: str) -> None:
+    """Let finalizer drops land (through the run's token, or ``call_soon_threadsafe``)."""
+    if loop == "trio":
+        await trio.testing.wait_all_tasks_blocked()
+    else:
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
 @settings(max_examples=300, deadline=None)
 @given(capacity=st.sampled_from([0, 1, 2, 4, math.inf]), ops=_ops)
-def test_channel_matches_the_model(capacity: float, ops: list[tuple[str, int]]) -> None:
+def test_channel_matches_the_model(loop: str, capacity: float, ops: list[tuple[str, int]]) -> None:
     async def run() -> None:
         program = _Program(capacity)
         for op, arg in ops:
             await program.step(op, arg)
-            # Finalizer drops land through the run's token: let them run before comparing.
-            await trio.testing.wait_all_tasks_blocked()
+            await _settle(loop)
             program.check()
         for sender in program.strong:
             sender.close()
@@ -158,4 +168,4 @@ def test_channel_matches_the_model(capacity: float, ops: list[tuple[str, int]]) 
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)  # "del" drops senders on purpose
-        trio.run(run)
+        run_on(loop, run)
