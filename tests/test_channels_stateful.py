@@ -1,10 +1,11 @@
 """tether.channels against a model: random interleavings of every handle operation.
 
-Each example is a program of operations run in one trio run (or one ``asyncio.run``: the same
-state machine, parked the other loop's way) on a real channel and on a plain model (a list of live strong handles, a deque, a closed flag). After every step the counts must
-agree, and every observation (a value, ``WouldBlock``, ``ChannelClosed``, ``SendError``) must be
-the one the model predicts: so the receiver sees ``ChannelClosed`` exactly when the model's strong
-count is 0 and its buffer is empty, and no message is lost, duplicated or reordered.
+Each example is a program of operations run in one trio run (or one ``asyncio.run``: the same state
+machine, parked the other loop's way) on a real channel and on a plain model (a list of live strong
+handles, a deque, a closed flag). After every step the counts must agree, and every observation (a
+value, ``WouldBlock``, ``ChannelClosed``, ``SendError``) must be the one the model predicts: so the
+receiver sees ``ChannelClosed`` exactly when the model's strong count is 0 and its buffer is empty,
+and no message is lost, duplicated or reordered.
 """
 
 from __future__ import annotations
