@@ -1,13 +1,15 @@
-"""Pipes as streams on both loops (part of the backend seam, ADR 0053): ``PipeStream`` is what
-a child's ``stdin``, ``stdout`` and ``stderr`` are, trio's ``FdStream`` under trio, and
-``FdStream`` here under asyncio, where anyio has no stream over a descriptor (its process
-streams belong to ``anyio.open_process``, which waits for exits through asyncio's
-``Process.wait()``)."""
+"""Pipes and sockets as streams on both loops (part of the backend seam, ADR 0053):
+``PipeStream`` is what a child's ``stdin``, ``stdout`` and ``stderr`` are, trio's ``FdStream``
+under trio, and ``FdStream`` here under asyncio, where anyio has no stream over a descriptor
+(its process streams belong to ``anyio.open_process``, which waits for exits through asyncio's
+``Process.wait()``); ``SocketStream`` is a connected Unix socket under asyncio, as
+``trio.SocketStream`` is under trio (the harness's side of the wire)."""
 
 from __future__ import annotations
 
 import errno
 import os
+import socket
 from typing import Protocol
 
 import anyio
@@ -129,3 +131,42 @@ class FdStream:
         if not getattr(self, "_closed", True):
             self._closed = True
             os.close(self._fd)
+
+
+class SocketStream(FdStream):
+    """A connected socket under asyncio: the parts of ``trio.SocketStream`` the wire uses
+    (``socket``, whose ``fileno()`` is -1 once closed; ``send_all``, ``receive_some``,
+    ``aclose``)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock.fileno())
+        self.socket = sock
+
+    def close(self) -> None:
+        """Close the socket; a task waiting on it gets ``anyio.ClosedResourceError``."""
+        if self._closed:
+            return
+        self._closed = True
+        _backend.notify_closing(self._fd)
+        self.socket.close()
+
+    def __del__(self) -> None:
+        pass  # the socket object closes itself when collected
+
+
+async def connect_unix(path: str) -> SocketStream:
+    """Connect to the Unix socket at ``path`` under asyncio.
+
+    Raises:
+        BlockingIOError: its listen queue is full (nothing was connected).
+        OSError: nobody listens there.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.connect(path)  # a Unix socket connects at once, or not at all
+    except BaseException:
+        sock.close()
+        raise
+    await anyio.lowlevel.checkpoint()
+    return SocketStream(sock)

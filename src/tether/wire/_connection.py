@@ -16,9 +16,13 @@ import socket
 import struct
 from typing import Self, final
 
+import anyio
+import anyio.lowlevel
 import attrs
 import trio
 
+from .. import _backend
+from .._fdstream import SocketStream
 from .._util import NoPublicConstructor
 from ..channels import ChannelClosed
 from ._budget import FRAME_TIMEOUT, FrameBudget
@@ -29,6 +33,13 @@ logger = logging.getLogger("tether.wire")
 
 _UCRED = struct.Struct("3i")
 _READ = 65536
+_GONE = (
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+)
+"""What a stream raises once its peer or its own end is gone, on either loop."""
 
 
 @attrs.frozen
@@ -43,7 +54,7 @@ class Peer:
     """Its group id."""
 
 
-def peer_of(sock: trio.socket.SocketType) -> Peer:
+def peer_of(sock: trio.socket.SocketType | socket.socket) -> Peer:
     """``SO_PEERCRED`` of a connected Unix socket."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     return Peer(*_UCRED.unpack(raw))
@@ -54,11 +65,19 @@ class Connection(metaclass=NoPublicConstructor):
     """One connection: ``send`` and ``receive`` whole messages.
 
     Not safe for two tasks receiving at once (nor two sending); the harness's connection loop
-    and the daemon's per-connection handler are each one task.
+    and the daemon's per-connection handler are each one task. On trio the stream is a
+    ``trio.SocketStream``, on asyncio the seam's ``SocketStream`` (a client's side only).
     """
 
-    def __init__(self, stream: trio.SocketStream, budget: FrameBudget | None = None) -> None:
+    def __init__(
+        self, stream: trio.SocketStream | SocketStream, budget: FrameBudget | None = None
+    ) -> None:
         self._stream = stream
+        on_trio = _backend.on_trio()
+        lowlevel = trio.lowlevel if on_trio else anyio.lowlevel
+        self._wait_readable = trio.lowlevel.wait_readable if on_trio else anyio.wait_readable
+        self._checkpoint_if_cancelled = lowlevel.checkpoint_if_cancelled
+        self._cancel_shielded_checkpoint = lowlevel.cancel_shielded_checkpoint
         self._buffer = bytearray()
         self._drained = False
         """The last read left the socket empty: the next one waits first."""
@@ -83,7 +102,7 @@ class Connection(metaclass=NoPublicConstructor):
         """
         try:
             await self._stream.send_all(encode(message))
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        except _GONE as exc:
             raise ChannelClosed(f"the peer (pid {self.peer.pid}) is gone: {exc}") from None
 
     def send_nowait(self, frame: bytes) -> bool:
@@ -148,7 +167,7 @@ class Connection(metaclass=NoPublicConstructor):
         buffer = self._buffer
         try:
             chunk = await self._receive_some(limit)
-        except (OSError, trio.ClosedResourceError) as exc:
+        except (OSError, *_GONE) as exc:
             chunk = b""
             if not buffer:
                 raise ChannelClosed(f"the peer (pid {self.peer.pid}) is gone: {exc}") from None
@@ -178,22 +197,22 @@ class Connection(metaclass=NoPublicConstructor):
 
         Raises:
             OSError: the connection broke (or was closed here: ``EBADF``).
-            trio.ClosedResourceError: it was closed here while this waited.
+            trio.ClosedResourceError: it was closed here while this waited (anyio's on asyncio).
         """
         fd = self._stream.socket.fileno()
         if fd < 0:
             raise trio.ClosedResourceError("the connection was closed")
         waited = False
         if self._drained:  # skip a read that would find nothing
-            await trio.lowlevel.wait_readable(fd)
+            await self._wait_readable(fd)
             waited = True
         else:
-            await trio.lowlevel.checkpoint_if_cancelled()
+            await self._checkpoint_if_cancelled()
         while True:
             try:
                 chunk = os.read(fd, limit)
             except BlockingIOError:
-                await trio.lowlevel.wait_readable(fd)
+                await self._wait_readable(fd)
                 waited = True
             else:
                 break
@@ -201,7 +220,7 @@ class Connection(metaclass=NoPublicConstructor):
         if not waited:
             # It was ready at once: let the others run, without a cancellation that would
             # lose the bytes just read (it was checked before the read).
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            await self._cancel_shielded_checkpoint()
         return chunk
 
     def leave_budget(self) -> None:
@@ -221,7 +240,7 @@ class Connection(metaclass=NoPublicConstructor):
         before it reads why."""
         with trio.move_on_after(1), contextlib.suppress(ChannelClosed, ProtocolError):
             await self.send(Error(error.reason, code))
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            with contextlib.suppress(*_GONE):
                 while drain and await self._stream.receive_some(65536):
                     pass
         await self.aclose()

@@ -21,6 +21,8 @@ from typing import NoReturn
 
 import trio
 
+from .. import _backend
+from .._fdstream import connect_unix
 from .._private import UnsafeDirectory, check_owned
 from .._util import Throttle, trim_heap
 from ..channels import ChannelClosed
@@ -278,6 +280,11 @@ async def connect(path: str | os.PathLike[str]) -> Connection:
         OSError: nobody listens there (``ConnectionRefusedError``, ``FileNotFoundError``...).
     """
     path = os.fspath(path)
+    if not _backend.on_trio():
+        try:
+            return Connection._create(await connect_unix(path))
+        except BlockingIOError:
+            raise ServerBusy(errno.EAGAIN, "the server's listen queue is full", path) from None
     stream = await trio.open_unix_socket(path)
     try:
         # A non-blocking connect to a full queue fails with EAGAIN, which trio's connect
