@@ -10,16 +10,18 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import trio
+import anyio
 
-from ..channels import ChannelClosed, Receiver, Sender, SendError, channel
+from .. import _backend
+from ..channels import ChannelClosed, Receiver, Sender, SendError, WouldBlock, channel
 from . import _signalfd
 from ._event import SignalEvent, logger, now, sender_cmdline
 
 
 @asynccontextmanager
 async def receive(*signals: int) -> AsyncIterator[Receiver[SignalEvent]]:
-    """Receive ``signals`` as ``SignalEvent``s, each naming its sender, while the block runs.
+    """Receive ``signals`` as ``SignalEvent``s, each naming its sender, while the block runs;
+    under trio or asyncio.
 
     On Linux the signals are blocked in this thread and read from a signalfd, which carries the
     sender's pid and uid; its command line is read from ``/proc`` at once, before it can exit.
@@ -56,13 +58,13 @@ async def receive(*signals: int) -> AsyncIterator[Receiver[SignalEvent]]:
     fd = previous = None
     spilled: list[int] = []  # read while the receiver was closed: delivered again on exit
     try:
-        with trio.open_signal_receiver(*signals) as handled:
+        with anyio.open_signal_receiver(*map(signal.Signals, signals)) as handled:
             if use_signalfd:
                 previous = _signalfd.block(signals)
                 fd = _signalfd.open_signalfd(signals)
             else:
                 logger.warning("sender unknown on this platform (%s)", sys.platform)
-            async with trio.open_nursery() as nursery:
+            async with _backend.task_group() as nursery:
                 nursery.start_soon(_pump_handled, handled, tx.clone(), spilled, use_signalfd)
                 if fd is not None:
                     nursery.start_soon(_pump_signalfd, fd, tx.clone(), spilled)
@@ -86,7 +88,7 @@ async def receive(*signals: int) -> AsyncIterator[Receiver[SignalEvent]]:
 async def _pump_signalfd(fd: int, events: Sender[SignalEvent], spilled: list[int]) -> None:
     with events:
         while True:
-            await trio.lowlevel.wait_readable(fd)
+            await _backend.wait_readable(fd)
             for signo, pid, uid in _signalfd.read_siginfo(fd):
                 event = SignalEvent(signo, pid, uid, sender_cmdline(pid), now())
                 logger.info(event.describe())
@@ -113,7 +115,7 @@ async def _pump_handled(
     )
     with events:
         async for signo in handled:
-            event = SignalEvent(signo, None, None, None, now())
+            event = SignalEvent(int(signo), None, None, None, now())
             logger.warning("%s (%s)", event.describe(), why)
             _deliver(events, event, spilled)
 
@@ -124,6 +126,6 @@ def _drain(rx: Receiver[SignalEvent]) -> list[int]:
     try:
         while True:
             unread.append(rx.try_recv().signo)
-    except (trio.WouldBlock, ChannelClosed):
+    except (WouldBlock, ChannelClosed):
         pass
     return unread
