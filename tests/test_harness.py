@@ -2,7 +2,8 @@
 
 Every exit of the exit table, timed from its cause: Superseded (75, child agent SIGINTed, a stray
 clone cancelled after grace), SIGTERM mid tool call (143, call sealed naming the sender, tree
-gone), resume (no dangling call reaches the engine), and a daemon that vanishes (69).
+gone), resume (no dangling call reaches the engine), and a daemon that vanishes (69). Each runs
+twice: the harness under ``trio.run``, then under ``asyncio.run`` (``backend="asyncio"``).
 """
 
 from __future__ import annotations
@@ -34,11 +35,20 @@ from helpers import (
     zombie_children,
 )
 from tether import ToolResult, Transcript, wire
-from tether.harness import EXIT_DAEMON_GONE, EXIT_SUPERSEDED
+from tether.harness import EXIT_DAEMON_GONE, EXIT_SUPERSEDED, run_harness
 from tether.harness._budget import STRETCH
 
 GRACE = 0.5
 BOUND = 2 * GRACE + 1.0
+
+
+@pytest.fixture(params=["trio", "asyncio"], autouse=True)
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The loop the example harness runs on (``TETHER_EXAMPLE_BACKEND``, which it passes to
+    ``run_harness``)."""
+    loop: str = request.param
+    monkeypatch.setenv("TETHER_EXAMPLE_BACKEND", loop)
+    return loop
 
 
 @attrs.define
@@ -50,14 +60,24 @@ class FakeAgentd:
     supersede: trio.Event = attrs.field(factory=trio.Event)
     hellos: list[wire.Hello] = attrs.field(factory=list)
     prompt: bool = True
+    inspect: trio.Event | None = None
+    """Set: send ``Inspect`` then, as a daemon of revision 5, and keep the answer."""
+    inspection: wire.Inspection | None = None
 
     async def handle(self, connection: wire.Connection) -> None:
         hello = await connection.receive()
         assert isinstance(hello, wire.Hello)
         self.hellos.append(hello)
-        await connection.send(wire.Welcome(hello.session, hello.epoch, 1.0))
+        revision = 1 if self.inspect is None else 5
+        await connection.send(wire.Welcome(hello.session, hello.epoch, 1.0, revision))
         if self.prompt:
             await connection.send(wire.Prompt("p1", "think", {}))
+        if self.inspect is not None:
+            await self.inspect.wait()
+            await connection.send(wire.Inspect(7))
+            while not isinstance(reply := await connection.receive(), wire.Inspection):
+                pass  # its beats and its reports of prompts recorded
+            self.inspection = reply
         await self.supersede.wait()
         await connection.send(wire.Superseded(hello.session, hello.epoch, self.epoch + 1))
         await trio.sleep_forever()
@@ -65,12 +85,13 @@ class FakeAgentd:
 
 @asynccontextmanager
 async def agentd(
-    epoch: int, *, prompt: bool = True
+    epoch: int, *, prompt: bool = True, inspect: bool = False
 ) -> AsyncIterator[tuple[FakeAgentd, trio.CancelScope]]:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         directory.chmod(0o700)
-        daemon = FakeAgentd(directory / "agentd.sock", epoch, prompt=prompt)
+        daemon = FakeAgentd(directory / "agentd.sock", epoch, prompt=prompt,
+                            inspect=trio.Event() if inspect else None)  # fmt: skip
 
         async def serve(task_status: trio.TaskStatus[trio.CancelScope]) -> None:
             # Its own scope, so the test can kill the daemon without cancelling itself.
@@ -157,6 +178,37 @@ async def test_superseded_exits_75_within_the_bound_and_sigints_the_child_agent(
     assert zombie_children() == []
     hello = daemon.hellos[0]
     assert (hello.session, hello.epoch, hello.pid) == (session, 3, harness.pid)
+
+
+async def test_an_inspect_is_answered_with_the_engine_and_its_open_tool_call(
+    tmp_path: Path, backend: str
+) -> None:
+    session = unique_session()
+    async with agentd(4, inspect=True) as (daemon, _):
+        harness = start_harness(session, 4, daemon, tmp_path)
+        async with cleanup(harness, session):
+            await wait_until(lambda: count_named(session, "sleep") == 1)
+            assert daemon.inspect is not None
+            daemon.inspect.set()
+            await wait_until(lambda: daemon.inspection is not None)
+            running = {process.pid for process in marked(session)}
+            daemon.supersede.set()
+            code, log, _ = await _exit_code(harness)
+    assert code == EXIT_SUPERSEDED, log
+    assert daemon.inspection is not None
+    snapshot = daemon.inspection.snapshot
+    assert snapshot["pid"] == harness.pid
+    (tool,) = snapshot["sections"]["tools"]
+    assert tool["name"] == "agent"
+    assert snapshot["sections"]["turn"]["kind"] == "tool"
+    names = [task["name"] for task in snapshot["tasks"]]
+    assert "engine" in names
+    assert "connection loop" in names
+    engine = next(task for task in snapshot["tasks"] if task["name"] == "engine")
+    assert engine["wait"]["kind"] == "subprocess", engine  # the agent, through ctx.tool
+    assert engine["wait"]["pid"] in running
+    watcher = next(task for task in snapshot["tasks"] if task["name"] == "signal watcher")
+    assert watcher["wait"]["on"] == "channel 'signals'", watcher
 
 
 async def test_a_stray_sender_clone_cannot_keep_a_superseded_harness_alive(tmp_path: Path) -> None:
@@ -319,3 +371,11 @@ async def test_a_daemon_that_only_refuses_ends_the_harness_instead_of_a_loop(
     assert took <= STRETCH * 1.0 + BOUND + 5.0
     assert "has not welcomed this harness for 1.0s" in log
     assert len(refusals) >= 3  # it did retry, with backoff, before giving up
+
+
+def test_run_harness_refuses_a_loop_it_does_not_run_on() -> None:
+    async def engine(commands: object, ctx: object) -> None:
+        raise AssertionError("never started")
+
+    with pytest.raises(ValueError, match="curio"):
+        run_harness(engine, backend="curio")  # type: ignore[arg-type]

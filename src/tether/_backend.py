@@ -118,6 +118,8 @@ class TaskGroup(Protocol):
 class Lock(Protocol):
     """``trio.Lock`` or ``anyio.Lock``."""
 
+    def locked(self) -> bool: ...
+
     async def __aenter__(self) -> None: ...
 
     async def __aexit__(self, *exc: object) -> None: ...
@@ -371,8 +373,7 @@ async def finish(wait: Callable[[], Awaitable[T]]) -> T:
 
 
 def cancelled_class() -> type[BaseException]:
-    """The exception a cancellation raises in this task: ``trio.Cancelled`` or
-    ``asyncio.CancelledError``."""
+    """What a cancellation raises in this task: ``trio.Cancelled``, ``asyncio.CancelledError``."""
     if on_trio():
         return cast("type[BaseException]", _trio().Cancelled)
     import asyncio
@@ -382,9 +383,8 @@ def cancelled_class() -> type[BaseException]:
 
 def closed_class() -> type[Exception]:
     """The error for using a closed resource on this loop: trio's, or anyio's."""
-    return cast(
-        "type[Exception]", _trio().ClosedResourceError if on_trio() else anyio.ClosedResourceError
-    )
+    found = _trio().ClosedResourceError if on_trio() else anyio.ClosedResourceError
+    return cast("type[Exception]", found)
 
 
 def closed_errors() -> tuple[type[BaseException], ...]:

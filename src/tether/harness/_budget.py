@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-import trio
+from .. import _backend
 
 STRETCH = 6.0
 """At most this many times the budget passes in wall time, however loaded the host."""
@@ -43,17 +43,17 @@ class FairBudget:
 
     def restart(self) -> None:
         """Start counting again (the daemon was reached)."""
-        self._last = self._started = trio.current_time()
+        self._last = self._started = _backend.current_time()
         self._spent = 0.0
 
     def exhausted(self) -> bool:
         """Whether the budget is spent (counting the time since the last look at the share of
         the CPU read now), or ``stretch`` times it has passed in wall time."""
-        now = trio.current_time()
+        now = _backend.current_time()
         self._spent += (now - self._last) * self._share()
         self._last = now
         return self._spent >= self.seconds or now - self._started >= self.seconds * self._stretch
 
     def waited(self) -> float:
         """Wall seconds since the last ``restart``."""
-        return trio.current_time() - self._started
+        return _backend.current_time() - self._started

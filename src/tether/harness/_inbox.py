@@ -21,8 +21,8 @@ import collections
 import logging
 
 import attrs
-import trio
 
+from .. import _backend
 from ..channels import Sender, SendError
 from ..journal import Event, Message, Transcript
 from ..wire import Prompt, Recorded, TurnEnded
@@ -57,8 +57,8 @@ class Inbox:
         self._open_turn = open_turn
         """The prompt whose turn the engine is in (its end not yet recorded): at first, the
         one an earlier harness's death cut short, which the engine may resume."""
-        self._changed = trio.Event()
-        self._reported = trio.Event()
+        self._changed = _backend.event()
+        self._reported = _backend.event()
 
     def __repr__(self) -> str:
         return f"<Inbox waiting={len(self._waiting)} unreported={len(self._unreported)}>"
@@ -94,7 +94,7 @@ class Inbox:
         all, in order."""
         while not self._unreported:
             await self._reported.wait()
-            self._reported = trio.Event()
+            self._reported = _backend.event()
         reports = list(self._unreported)
         self._unreported.clear()
         self._ended.extend(report for report in reports if isinstance(report, TurnEnded))
@@ -115,10 +115,10 @@ class Inbox:
         while True:
             while not (self._asking and (self._waiting or self._open_turn)):
                 await self._changed.wait()
-                self._changed = trio.Event()
+                self._changed = _backend.event()
             # Shielded: once recorded, a prompt must reach the channel (the append itself
             # cannot be cancelled part way, and is bounded by the disk).
-            with trio.CancelScope(shield=True):
+            with _backend.cancel_scope(shield=True):
                 if not self._waiting:
                     await self._end_turn()
                     continue

@@ -25,8 +25,8 @@ from typing import Any
 
 import attrs
 import psutil
-import trio
 
+from .. import _backend
 from ..channels import ChannelClosed, Sender
 from ..journal import JournalError
 from ..wire import (
@@ -119,7 +119,7 @@ async def connection_loop(
     hello = Hello(session, epoch, me.pid, me.create_time(), REVISION)
     ending: list[LoopResult] = []
     try:
-        async with trio.open_nursery() as nursery:
+        async with _backend.task_group() as nursery:
 
             async def pump() -> None:
                 try:
@@ -158,10 +158,10 @@ async def _reconnecting(
                     agentd, reconnect_for, budget.waited(), connection,
                 )  # fmt: skip
                 return LoopResult(Ending.DAEMON_GONE)
-            await trio.sleep(delay)
+            await _backend.sleep(delay)
             delay = min(delay * 2, RETRY_EVERY)
             continue
-        welcomed = trio.Event()
+        welcomed = _backend.event()
         async with connection:
             try:
                 result = await _converse(connection, hello, inbox, welcomed, answers)
@@ -180,7 +180,7 @@ async def _reconnecting(
             )  # fmt: skip
             return LoopResult(Ending.DAEMON_GONE)
         else:
-            await trio.sleep(delay)
+            await _backend.sleep(delay)
             delay = min(delay * 2, RETRY_EVERY)
 
 
@@ -198,11 +198,11 @@ class _Answers:
 
 
 def _next_beat(every: float) -> float:
-    """The trio time of the next multiple of ``every`` on the host's monotonic clock: every
+    """The loop's time of the next multiple of ``every`` on the host's monotonic clock: every
     harness of a host beats at the same instants, so the daemon reads their beats in one
     batch per heartbeat, as it reads the pongs of a round of pings (ADR 0028)."""
     now = time.monotonic()
-    return trio.current_time() + ((now // every + 1) * every - now)
+    return _backend.current_time() + ((now // every + 1) * every - now)
 
 
 async def _connect(agentd: str) -> Connection | OSError:
@@ -216,7 +216,7 @@ async def _converse(
     connection: Connection,
     hello: Hello,
     inbox: Inbox,
-    welcomed: trio.Event,
+    welcomed: _backend.Event,
     answers: _Answers,
 ) -> LoopResult | None:
     """One connection, with a task reporting recorded prompts beside it once welcomed by a
@@ -226,8 +226,8 @@ async def _converse(
         ChannelClosed, ProtocolError: the connection failed.
     """
     await connection.send(hello)
-    sending = trio.Lock()
-    async with trio.open_nursery() as nursery:
+    sending = _backend.lock()
+    async with _backend.task_group() as nursery:
         try:
             result: LoopResult | Exception | None = await _serve(
                 connection, hello, inbox, welcomed, answers, sending, nursery
@@ -244,10 +244,10 @@ async def _serve(
     connection: Connection,
     hello: Hello,
     inbox: Inbox,
-    welcomed: trio.Event,
+    welcomed: _backend.Event,
     answers: _Answers,
-    sending: trio.Lock,
-    nursery: trio.Nursery,
+    sending: _backend.Lock,
+    nursery: _backend.TaskGroup,
 ) -> LoopResult | None:
     reports = False
     every = next_beat = math.inf
@@ -258,7 +258,9 @@ async def _serve(
 
     while True:
         message = None
-        with trio.move_on_at(next_beat):  # receive is safe to cancel: it loses nothing
+        with _backend.cancel_scope(
+            deadline=next_beat
+        ):  # receive is safe to cancel: it loses nothing
             message = await connection.receive()
         if message is None:  # this loop is alive: say so, unasked (ADR 0028)
             # Never wait to beat: a full socket is a daemon not reading (stopped, say), and
@@ -266,7 +268,7 @@ async def _serve(
             if not sending.locked():
                 connection.send_nowait(encode(pong(0)))
             next_beat = _next_beat(every)
-            await trio.lowlevel.checkpoint()
+            await _backend.checkpoint()
             continue
         if isinstance(message, Welcome):
             welcomed.set()
@@ -305,7 +307,7 @@ async def _serve(
 
 
 async def _report_recorded(
-    connection: Connection, inbox: Inbox, sending: trio.Lock, turns: bool
+    connection: Connection, inbox: Inbox, sending: _backend.Lock, turns: bool
 ) -> None:
     """Tell the daemon each prompt id recorded, as it is, and (``turns``: a daemon that reads
     them) each turn's end, the last few again first. Ids a broken connection loses are asked

@@ -25,8 +25,8 @@ from collections.abc import AsyncIterator
 
 import trio
 
-from .. import signals
-from ..channels import ChannelClosed, Receiver
+from .. import _backend, signals
+from ..channels import ChannelClosed, Receiver, WouldBlock
 from ..journal import JournalError, Message, Transcript
 from ..liveness import Ledger
 from ..process import ChildGroup
@@ -49,8 +49,13 @@ def run_harness(
     grace: float | None = None,
     reconnect_for: float | None = None,
     ledger: str | os.PathLike[str] | None = None,
+    backend: str = "trio",
 ) -> int:
     """Run ``engine`` as a harness until one cause ends it; the process's exit code.
+
+    ``backend`` is the loop it runs on: ``"trio"`` (``trio.run``) or ``"asyncio"``
+    (``asyncio.run``, for an engine written against asyncio or anyio); everything else is the
+    same, exit codes included.
 
     Each keyword defaults to what agentd sets for its harnesses: ``TETHER_SESSION``,
     ``TETHER_EPOCH``, ``TETHER_AGENTD`` (the socket), ``TETHER_STATE_DIR`` (the transcript is
@@ -63,7 +68,11 @@ def run_harness(
 
     A setting neither given nor in the environment (the program was run by hand, not by
     agentd) is one line on stderr, naming how to run it, and exit code 64 (``EX_USAGE``).
+
+    Raises:
+        ValueError: ``backend`` is neither ``"trio"`` nor ``"asyncio"``.
     """
+    loop = _backend.Backend(backend)
     try:
         session = session or _env("TETHER_SESSION")
         epoch = epoch if epoch is not None else int(_env("TETHER_EPOCH"))
@@ -86,6 +95,10 @@ def run_harness(
     settings = HarnessSettings(
         session, epoch, agentd, os.fspath(transcript), grace, reconnect_for, os.fspath(ledger)
     )
+    if loop is _backend.Backend.ASYNCIO:
+        import asyncio
+
+        return asyncio.run(_harness(engine, settings))
     return trio.run(_harness, engine, settings)
 
 
@@ -123,9 +136,9 @@ async def _harness(engine: Engine, settings: HarnessSettings) -> int:
                 engine, events, transcript, children, settings, ledger, interrupted=interrupted
             )
             cause = await supervisor.run()
-            if cause.reason is not None and transcript.dangling():
-                with trio.CancelScope(shield=True):
-                    await transcript.seal_dangling(cause.reason)
+            reason = cause.reason
+            if reason is not None and transcript.dangling():
+                await _backend.shielded(lambda: transcript.seal_dangling(reason))
         # Leaving the group stopped and reaped every child tree. A signal that came after
         # the cause was decided is logged here, not delivered again to kill us on the way out.
         _log_late_signals(events, cause)
@@ -158,14 +171,13 @@ async def _ledger(path: str | None) -> AsyncIterator[Ledger | None]:
     try:
         yield ledger
     finally:
-        with trio.CancelScope(shield=True):
-            await ledger.aclose()
+        await _backend.shielded(ledger.aclose)
 
 
 def _log_late_signals(events: Receiver[signals.SignalEvent], cause: Cause) -> None:
     while True:
         try:
             event = events.try_recv()
-        except (trio.WouldBlock, ChannelClosed):
+        except (WouldBlock, ChannelClosed):
             return
         logger.info("%s while exiting (%s); ignored", event.describe(), cause.text)

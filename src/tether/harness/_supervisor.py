@@ -14,10 +14,11 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import attrs
 import trio
 
-from .. import signals
+from .. import _backend, signals
 from ..channels import Receiver, Sender, channel
 from ..journal import JournalError, Message, Transcript
 from ..liveness import Ledger
@@ -80,11 +81,11 @@ class Supervisor:
     settings: HarnessSettings
     ledger: Ledger | None = None
     cause: Cause | None = None
-    decided: trio.Event = attrs.field(factory=trio.Event)
-    engine_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    engine_done: trio.Event = attrs.field(factory=trio.Event)
-    loop_scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    loop_done: trio.Event = attrs.field(factory=trio.Event)
+    decided: _backend.Event = attrs.field(factory=_backend.event)
+    engine_scope: _backend.Scope = attrs.field(factory=_backend.cancel_scope)
+    engine_done: _backend.Event = attrs.field(factory=_backend.event)
+    loop_scope: _backend.Scope = attrs.field(factory=_backend.cancel_scope)
+    loop_done: _backend.Event = attrs.field(factory=_backend.event)
     interrupted: Message | None = None
     """The prompt whose turn a death cut short in an earlier run (sealed), for the engine."""
 
@@ -104,7 +105,7 @@ class Supervisor:
         inbox = Inbox(self.transcript, self.interrupted.prompt_id if self.interrupted else None)
         rx.observe(_Both(ctx.turns, inbox))
         register(ctx.turns, ctx.tools, self.transcript)
-        async with trio.open_nursery() as nursery:
+        async with _backend.task_group() as nursery:
             nursery.start_soon(self._run_engine, rx, ctx, name="engine")
             nursery.start_soon(
                 self._run_loop, tx.move(), inbox, ctx.turns.report, name="connection loop"
@@ -116,7 +117,7 @@ class Supervisor:
             if cause.code == EXIT_SUPERSEDED:
                 ctx.shutdown_reason = cause.reason  # a tool its stop ends is answered with it
                 nursery.start_soon(self.children.aclose, name="stop child agents")
-                with trio.move_on_after(settings.grace):
+                with _backend.move_on_after(settings.grace):
                     await self.engine_done.wait()
                 if not self.engine_done.is_set():
                     logger.error(
@@ -134,7 +135,7 @@ class Supervisor:
             nursery.cancel_scope.cancel()
         if stray:
             cause.text += f"; command channel still held by: {stray}"
-        with trio.CancelScope(shield=True), trio.move_on_after(settings.grace):
+        with _backend.cancel_scope(shield=True), _backend.move_on_after(settings.grace):
             ctx.turns.waiting()
             if cause.reason is not None:
                 await _logged(inbox.seal(cause.turn or cause.reason))
@@ -238,7 +239,7 @@ async def _logged(sealing: Awaitable[None]) -> None:
     """Seal the open turn; a transcript that refuses it only costs the seal (logged)."""
     try:
         await sealing
-    except (JournalError, trio.ClosedResourceError) as exc:
+    except (JournalError, trio.ClosedResourceError, anyio.ClosedResourceError) as exc:
         logger.warning("the open turn could not be sealed: %s", exc)
 
 

@@ -20,9 +20,11 @@ import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+import anyio
 import attrs
 import trio
 
+from .. import _backend
 from ..journal import ToolCall, Transcript
 from ..liveness import Ledger, Threshold
 from ..process import (
@@ -102,13 +104,14 @@ class Tools:
         async with self._running(call, activity, None):
             token = _CURRENT.set(activity)
             try:
-                with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
+                limit = math.inf if timeout is None else timeout
+                with _backend.move_on_after(limit) as scope:
                     output = await fn()
             finally:
                 _CURRENT.reset(token)
         if scope.cancelled_caught:
             await self._answer(call, None, "aborted", f"timed out after {timeout:g} s")
-            raise trio.TooSlowError(f"tool {name} timed out after {timeout:g} s")
+            raise _too_slow()(f"tool {name} timed out after {timeout:g} s")
         await self.transcript.tool_result(call.id, _jsonable(output), "ok")
         return output
 
@@ -187,7 +190,7 @@ class Tools:
             record[stream] = data[:OUTPUT_LIMIT].decode(errors="replace")
             if len(data) > OUTPUT_LIMIT:
                 path = f"{os.path.splitext(self.transcript.path)[0]}.outputs/{call.id}.{stream}"
-                await trio.to_thread.run_sync(_write, path, data)
+                await anyio.to_thread.run_sync(_write, path, data)
                 record[f"{stream}_truncated"] = {"bytes": len(data), "limit": OUTPUT_LIMIT,
                                                  "file": path}  # fmt: skip
         if result.holders:
@@ -208,12 +211,12 @@ class Tools:
         self.open[call.id] = OpenTool(call, activity, threshold)
         try:
             yield
-        except trio.Cancelled:
-            status = "aborted" if self._reason() is None else "interrupted"
-            await self._answer(call, None, status, self._cancelled())
-            raise
-        except Exception as exc:
-            await self._answer(call, f"{type(exc).__name__}: {exc}", "error")
+        except BaseException as exc:
+            if isinstance(exc, _backend.cancelled_class()):
+                status = "aborted" if self._reason() is None else "interrupted"
+                await self._answer(call, None, status, self._cancelled())
+            elif isinstance(exc, Exception):
+                await self._answer(call, f"{type(exc).__name__}: {exc}", "error")
             raise
         finally:
             self.open.pop(call.id, None)
@@ -224,8 +227,15 @@ class Tools:
     async def _answer(
         self, call: ToolCall, output: Any, status: str, reason: str | None = None
     ) -> None:
-        with trio.CancelScope(shield=True):
-            await self.transcript.tool_result(call.id, output, status, reason=reason)
+        await _backend.shielded(
+            lambda: self.transcript.tool_result(call.id, output, status, reason=reason)
+        )
+
+
+def _too_slow() -> type[Exception]:
+    """What a tool past its timeout raises: ``trio.TooSlowError`` on trio, ``TimeoutError``
+    (asyncio's) on asyncio."""
+    return trio.TooSlowError if _backend.on_trio() else TimeoutError
 
 
 def _write(path: str, data: bytes) -> None:

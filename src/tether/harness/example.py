@@ -8,8 +8,9 @@ SIGINT`` to ``$TETHER_EXAMPLE_SIGNAL_FILE`` (if set) and exits 0 (with
 ``TETHER_EXAMPLE_WEDGE_FILE=path`` the first harness to see that file appear removes it and
 blocks its whole process: a phantom for agentd to find. With
 ``TETHER_EXAMPLE_STRAY_CLONE=1`` the engine commits incident 004's bug: it upgrades its weak
-sender and keeps the strong one. Settings come from the environment that agentd sets (see
-``run_harness``); the tests and the demo drive it.
+sender and keeps the strong one. With ``TETHER_EXAMPLE_BACKEND=asyncio`` it runs under
+``asyncio.run`` (the engine is written against anyio, so it is the same code). Settings come
+from the environment that agentd sets (see ``run_harness``); the tests and the demo drive it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import sys
 import time
 
-import trio
+import anyio
 
 from ..channels import Receiver
 from ..wire import Prompt
@@ -47,7 +48,7 @@ for i in range(int(sys.argv[1])):
 async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
     """Answer each prompt by running one child agent for it."""
     wedge = os.environ.get("TETHER_EXAMPLE_WEDGE_FILE")
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as nursery:
         if wedge:
             nursery.start_soon(_wedge_when, wedge)
         await _answer(commands, ctx)
@@ -55,11 +56,11 @@ async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
 
 
 async def _wedge_when(path: str) -> None:
-    """A test switch: once ``path`` exists, remove it and block the whole trio run, so the
+    """A test switch: once ``path`` exists, remove it and block the whole run, so the
     connection loop stops answering pings and signals go unread while the pid lives on (a
     phantom, and only one: the file is gone for the next harness)."""
     while True:
-        await trio.sleep(0.02)
+        await anyio.sleep(0.02)
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -90,7 +91,7 @@ async def _answer(commands: Receiver[Command], ctx: HarnessContext) -> None:
 
 def main() -> int:
     """Run the example engine as a harness."""
-    return run_harness(engine)
+    return run_harness(engine, backend=os.environ.get("TETHER_EXAMPLE_BACKEND", "trio"))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import attrs
-import trio
 
+from .. import _backend
 from ._stream import StreamClock
 from ._thresholds import Thresholds
 
@@ -64,14 +64,14 @@ async def watch_turn(
     *,
     poll: float = 1.0,
 ) -> Verdict:
-    """Check the turn every ``poll`` seconds (trio's clock) until it settles (``ALIVE``) or
+    """Check the turn every ``poll`` seconds (the loop's clock) until it settles (``ALIVE``) or
     goes stale (``on_stale`` is awaited with the verdict, which is returned).
 
     A dead turn is caught no later than its threshold plus one poll. Cancel safety: safe; it
     only sleeps and reads the clock.
     """
     while True:
-        await trio.sleep(poll)
+        await _backend.sleep(poll)
         if clock.outcome is not None:
             return ALIVE
         found = verdict(clock, thresholds)
