@@ -1,12 +1,12 @@
-"""``snapshot()``: the running trio run's task tree, what each task waits on, and the sections
-its program registered (a harness adds its turn, its open tool calls and its transcript's last
-entries), as one bounded JSON document.
+"""``snapshot()``: the running trio run's task tree (or the asyncio loop's tasks), what each task
+waits on, and the sections its program registered (a harness adds its turn, its open tool calls
+and its transcript's last entries), as one bounded JSON document.
 
 Nothing is installed and nothing runs until someone asks: no instrument, no signal handler, no
 per-task bookkeeping, so being inspectable costs a program nothing. A snapshot is read in one
-pass on the trio thread (no task switch, so no task moves while it is read). Its size is
-bounded however many tasks there are: sibling tasks with the same line and the same wait are
-one entry with a count, and past ``max_entries`` entries the rest are only counted.
+pass on the loop's thread (no task switch, so no task moves while it is read). Its size is
+bounded however many tasks there are: sibling tasks with the same line and the same wait are one
+entry with a count, and past ``max_entries`` entries the rest are only counted.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import anyio.lowlevel
 import trio
 
+from .. import _backend
 from ._render import line_of
 from ._tasks import ROOT_NAMES, row, walk
 
@@ -37,13 +39,13 @@ tasks fit on the 2-core machine here)."""
 Section = Callable[[], Any]
 """A registered part of a snapshot: called on the trio thread, returns JSON values."""
 
-_SECTIONS: trio.lowlevel.RunVar[dict[str, Section]] = trio.lowlevel.RunVar("tether inspect")
+_SECTIONS: anyio.lowlevel.RunVar[dict[str, Section]] = anyio.lowlevel.RunVar("tether inspect")
 
 
 def add_section(name: str, section: Section) -> None:
-    """Add ``section()``'s value to every snapshot of this trio run, under ``name`` (a harness
-    adds ``turn``, ``tools`` and ``transcript``). It must be quick and must not block: it runs
-    inside the snapshot, on the trio thread."""
+    """Add ``section()``'s value to every snapshot of this run (trio's or asyncio's), under
+    ``name`` (a harness adds ``turn``, ``tools`` and ``transcript``). It must be quick and must
+    not block: it runs inside the snapshot, on the loop's thread."""
     try:
         sections = _SECTIONS.get()
     except LookupError:
@@ -53,23 +55,37 @@ def add_section(name: str, section: Section) -> None:
 
 
 def snapshot(*, max_entries: int = MAX_ENTRIES, time_budget: float = TIME_BUDGET) -> dict[str, Any]:
-    """The current trio run, now: ``tasks`` (entries in tree order, each with ``id``,
-    ``parent``, ``name``, ``count``, ``where`` and ``wait``), ``task_count``, ``omitted``
+    """The current run (trio's or asyncio's), now: ``tasks`` (entries in tree order, each with
+    ``id``, ``parent``, ``name``, ``count``, ``where`` and ``wait``), ``task_count``, ``omitted``
     (tasks past ``max_entries`` entries, or not read within ``time_budget`` seconds: then
     ``complete`` is false), ``sections``, a one-line ``summary`` and the time it ``took``.
     Call it from a task of the run; no other task runs while it reads.
 
     Raises:
-        RuntimeError: called outside a trio run.
+        RuntimeError: called outside a trio run or an asyncio loop.
     """
     started = time.perf_counter()
-    running = trio.lowlevel.current_task()
+    if _backend.on_trio():
+        running = trio.lowlevel.current_task()
+        found: Iterator[tuple[Any, Any]] = walk()
+
+        def read(task: Any) -> dict[str, Any]:
+            return row(task, running, deadlines)
+    else:
+        from . import _aiotasks
+
+        found = _aiotasks.walk()
+        current = _aiotasks.current()
+
+        def read(task: Any) -> dict[str, Any]:
+            return _aiotasks.row(task, current)
+
     entries: dict[tuple[Any, ...], dict[str, Any]] = {}
     group_of: dict[int, int] = {}
     deadlines: dict[int, float] = {}
     total = omitted = 0
     complete = True
-    for task, parent in walk():
+    for task, parent in found:
         total += 1
         if not complete or (total % 256 == 0 and time.perf_counter() - started > time_budget):
             complete = False
@@ -79,19 +95,19 @@ def snapshot(*, max_entries: int = MAX_ENTRIES, time_budget: float = TIME_BUDGET
         if parent is not None and parent_id is None:  # its parent's entry was left out
             omitted += 1
             continue
-        info = row(task, running, deadlines)
+        info = read(task)
         key = (parent_id, repr(info["where"]), repr(info["wait"]))  # built in one field order
         entry = entries.get(key)
         if entry is None:
             if len(entries) >= max_entries:
                 omitted += 1
                 continue
-            entry = {"id": len(entries) + 1, "parent": parent_id, "name": task.name, "count": 0,
-                     "names": [], **info}  # fmt: skip
+            entry = {"id": len(entries) + 1, "parent": parent_id, "name": info["name"],
+                     "count": 0, "names": [], **info}  # fmt: skip
             entries[key] = entry
         entry["count"] += 1
-        if len(entry["names"]) < NAMES_SHOWN and task.name not in entry["names"]:
-            entry["names"].append(task.name)
+        if len(entry["names"]) < NAMES_SHOWN and info["name"] not in entry["names"]:
+            entry["names"].append(info["name"])
         group_of[id(task)] = entry["id"]
     tasks = list(entries.values())
     return {
