@@ -3,13 +3,14 @@ engine takes each prompt (which the harness records in its transcript, durably, 
 taken) and does nothing else, so a run can count what every engine saw. With
 ``TETHER_BENCH_REVISION=3`` it speaks wire revision 3, whose daemon counts a prompt delivered
 once the loop has read it (the delivery of before ADR 0034), for ``delivery.py``'s
-comparison."""
+comparison. ``TETHER_BENCH_BACKEND=asyncio`` runs it under ``asyncio.run``
+(``harness_loops.py``)."""
 
 from __future__ import annotations
 
 import os
 
-import trio
+import anyio.lowlevel
 
 import tether.harness._loop as loop
 from tether import HarnessContext, Receiver, run_harness
@@ -19,9 +20,10 @@ from tether.harness import Command
 async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
     async for _ in commands:
         pass
-    await trio.lowlevel.checkpoint()
+    await anyio.lowlevel.checkpoint()
 
 
 if __name__ == "__main__":
     loop.REVISION = int(os.environ.get("TETHER_BENCH_REVISION", loop.REVISION))
-    raise SystemExit(run_harness(engine))
+    backend = os.environ.get("TETHER_BENCH_BACKEND")
+    raise SystemExit(run_harness(engine, **({"backend": backend} if backend else {})))

@@ -25,6 +25,7 @@ SCRIPTS = [
     "parity",
     "journal",
     "harness",
+    "harness_loops",
     "agentd",
     "delivery",
     "flood",
