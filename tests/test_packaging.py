@@ -68,7 +68,7 @@ def test_a_fresh_venv_runs_the_command_the_demo_and_the_plugin(
     assert version.stdout.startswith("tether ")
     demo = subprocess.run([str(tether), "demo"], capture_output=True, text=True, timeout=300)
     assert demo.returncode == 0, demo.stdout + demo.stderr
-    assert "33 of 33 guarantees held" in demo.stdout
+    assert "44 of 44 guarantees held" in demo.stdout
     project = tmp_path / "project"
     project.mkdir()
     (project / "pytest.ini").write_text("[pytest]\ntrio_mode = true\ntether_deadlock = true\n")

@@ -5,7 +5,8 @@ bound missed by no more than the host's measured CPU wait, counted as held).
 
 1. SIGTERM mid tool call (seed 000); 2. a Superseded phantom (seed 004); 3. a silent job
 (seed 003); 4. seed 000 again on the real model protocol: an OpenAI-compatible server, the
-model's shell call, the resumed model continuing. The run's files (transcripts, stores, logs)
+model's shell call, the resumed model continuing; 5. seeds 000 and 004 with the harnesses
+under ``asyncio.run``. The run's files (transcripts, stores, logs)
 live in one temporary directory, removed at the end unless ``--keep``.
 """
 
@@ -24,6 +25,7 @@ from ._incident_000 import replay_sigterm
 from ._incident_000_model import replay_model
 from ._incident_003 import replay_silent_job
 from ._incident_004 import replay_superseded
+from ._incident_asyncio import replay_on_asyncio
 from ._timeline import Timeline, Verdict
 
 Replay = Callable[[Timeline, Path], Awaitable[list[Verdict]]]
@@ -33,6 +35,7 @@ SCENARIOS: tuple[tuple[int, str, Replay], ...] = (
     (2, "a Superseded phantom (seed 004)", replay_superseded),
     (3, "a silent job (seed 003)", replay_silent_job),
     (4, "SIGTERM mid tool call, on the real model protocol (seed 000)", replay_model),
+    (5, "seeds 000 and 004 with the harness under asyncio.run", replay_on_asyncio),
 )
 
 

@@ -42,12 +42,14 @@ async def _until(predicate: Callable[[], bool], what: str) -> None:
     raise TimeoutError(f"waited 20 s for {what}")
 
 
-async def replay_sigterm(log: Timeline, root: Path) -> list[Verdict]:
-    """The scenario; its verdicts."""
-    directory = root / "000"
+async def replay_sigterm(
+    log: Timeline, root: Path, *, tag: str = "000", env: dict[str, str] | None = None
+) -> list[Verdict]:
+    """The scenario (in ``root / tag``, its harnesses given ``env``); its verdicts."""
+    directory = root / tag
     directory.mkdir(mode=0o700)
     transcript = directory / "sessions" / SESSION / f"{SESSION}.jsonl"
-    async with demo_agentd(directory) as agentd, trio.open_nursery() as nursery:
+    async with demo_agentd(directory, env=env) as agentd, trio.open_nursery() as nursery:
         nursery.start_soon(show_events, log, agentd.subscribe())
         first = await agentd.deliver(SESSION, "run the test suite")
         await _until(

@@ -50,10 +50,14 @@ class _Phantom:
     left: int
 
 
-async def _supersede(log: Timeline, directory: Path, stray: bool) -> _Reclaimed:
-    """Reclaim a session whose harness runs a child agent; what happened."""
+async def supersede(
+    log: Timeline, directory: Path, stray: bool, more: dict[str, str] | None = None
+) -> _Reclaimed:
+    """Reclaim a session whose harness (given ``more`` in its environment) runs a child agent;
+    what happened."""
     session = "incident-004-stray" if stray else "incident-004"
     env = {"TETHER_EXAMPLE_STRAY_CLONE": "1"} if stray else {}
+    env.update(more or {})
     async with demo_agentd(directory, env=env) as agentd, trio.open_nursery() as nursery:
         nursery.start_soon(show_events, log, agentd.subscribe())
         old = await agentd.deliver(session, "think hard")
@@ -135,14 +139,33 @@ async def replay_superseded(log: Timeline, root: Path) -> list[Verdict]:
     for directory in (plain_dir, stray_dir, phantom_dir, crash_dir):
         directory.mkdir(mode=0o700)
     with log.logs("tether.process"):
-        plain = await _supersede(log, plain_dir, stray=False)
-        stray = await _supersede(log, stray_dir, stray=True)
+        plain = await supersede(log, plain_dir, stray=False)
+        stray = await supersede(log, stray_dir, stray=True)
         phantom = await _phantom(log, phantom_dir)
         crash = await _crash_loop(log, crash_dir)
-    holder = re.search(r"held by: .* at \S*(example\.py:\d+)", stray.exit_line)
     bound = PATIENCE + 2 * GRACE + 1.0
     return [
         *verdicts,
+        *superseded_verdicts(plain, stray),
+        Verdict(
+            "a healthy harness is reattached, not replaced",
+            phantom.again.how == "reattached",
+            f"{phantom.reattach * 1000:.2f} ms",
+        ),
+        Verdict.timed(
+            "a phantom is replaced with a greater epoch within the bound",
+            phantom.fresh.how == "respawned" and phantom.left == 0,
+            phantom.replaced,
+            bound,
+        ),
+        Verdict("a crash loop ends at the restart limit, with the reason", *crash),
+    ]
+
+
+def superseded_verdicts(plain: _Reclaimed, stray: _Reclaimed) -> list[Verdict]:
+    """What a reclaimed session's harness must do, with and without a stray clone."""
+    holder = re.search(r"held by: .* at \S*(example\.py:\d+)", stray.exit_line)
+    return [
         Verdict.timed(
             "a Superseded harness exits 75 and is reaped within the bound",
             bool(plain.exit_line),
@@ -173,16 +196,4 @@ async def replay_superseded(log: Timeline, root: Path) -> list[Verdict]:
             plain.left == 0 and stray.left == 0,
             f"{plain.left + stray.left} left",
         ),
-        Verdict(
-            "a healthy harness is reattached, not replaced",
-            phantom.again.how == "reattached",
-            f"{phantom.reattach * 1000:.2f} ms",
-        ),
-        Verdict.timed(
-            "a phantom is replaced with a greater epoch within the bound",
-            phantom.fresh.how == "respawned" and phantom.left == 0,
-            phantom.replaced,
-            bound,
-        ),
-        Verdict("a crash loop ends at the restart limit, with the reason", *crash),
     ]

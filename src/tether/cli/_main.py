@@ -41,7 +41,7 @@ def parser() -> Parser:
         description="Replay the three incidents on real processes; exit 0 if every guarantee"
         " held, 1 if one did not.", formatter_class=Formatter,
     )  # fmt: skip
-    demo.add_argument("--scenario", type=int, choices=(1, 2, 3, 4), default=None, help="only one")
+    demo.add_argument("--scenario", type=int, choices=range(1, 6), default=None, help="only one")
     demo.add_argument("--json", action="store_true", help="machine-readable verdicts")
     demo.add_argument("--keep", action="store_true", help="keep the run's directory")
     transcript = commands.add_parser(
