@@ -34,8 +34,8 @@ etcd:
 # shown in the header) among them. The tests marked slow (each over ~8 s) are `test-slow`'s.
 PYTEST_WORKERS ?= 2
 test: $(VENV)/.installed-test etcd
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy --strict src
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) -m "not slow"
 

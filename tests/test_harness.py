@@ -60,6 +60,8 @@ class FakeAgentd:
     supersede: trio.Event = attrs.field(factory=trio.Event)
     hellos: list[wire.Hello] = attrs.field(factory=list)
     prompt: bool = True
+    prompt_id: str = "p1"
+    """The id of the one prompt it sends (a session's next harness gets a new one)."""
     inspect: trio.Event | None = None
     """Set: send ``Inspect`` then, as a daemon of revision 5, and keep the answer."""
     inspection: wire.Inspection | None = None
@@ -71,7 +73,7 @@ class FakeAgentd:
         revision = 1 if self.inspect is None else 5
         await connection.send(wire.Welcome(hello.session, hello.epoch, 1.0, revision))
         if self.prompt:
-            await connection.send(wire.Prompt("p1", "think", {}))
+            await connection.send(wire.Prompt(self.prompt_id, "think", {}))
         if self.inspect is not None:
             await self.inspect.wait()
             await connection.send(wire.Inspect(7))
