@@ -38,6 +38,7 @@ RUN_BY = {
     ("docs/testing.md", 2): "test_the_deadlock_examples_fail_as_printed",
     ("docs/testing.md", 3): "test_the_deadlock_examples_fail_as_printed",
     ("docs/testing.md", 4): "test_the_deadlock_examples_fail_as_printed",
+    ("docs/testing.md", 5): "test_testing_asyncio.py::*_fails_the_test_as_printed",
     ("docs/openai-agents.md", 0): "test_openai_agents.py::test_the_recipe_on_the_docs_page_*",
     ("docs/transcript.md", 0): "test_the_transcript_example_reads_as_a_transcript",
 }

@@ -1,5 +1,6 @@
 """The pytest plugin (entry point ``pytest11``): deadlock detection and a hard timeout for every
-trio run a test starts, and the process-leak guard for any test.
+trio run a test starts, deadlock detection for every asyncio loop it runs (``_aioloop``), and
+the process-leak guard for any test.
 
 ini options: ``tether_deadlock`` (bool: every trio run), ``tether_deadlock_cushion`` (seconds,
 1.0), ``tether_timeout`` (seconds per trio run, 300; 0: none), ``tether_process_leaks`` (bool:
@@ -144,14 +145,21 @@ def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _watching(item: pytest.Item, make: Make | None = None) -> Iterator[None]:
-    """Every trio run the test starts meanwhile is watched."""
+    """Every trio run the test starts meanwhile is watched, and every asyncio loop it runs."""
     make = make or _maker(item)
-    if make is None:
-        yield
-        return
-    from ._engage import watching_runs
+    with contextlib.ExitStack() as stack:
+        if make is not None:
+            from ._engage import watching_runs
 
-    with watching_runs(make):
+            stack.enter_context(watching_runs(make))
+        if "asyncio" in sys.modules and sys.implementation.name == "cpython":
+            settings = item.stash.get(_SETTINGS, None)
+            if settings is None:
+                settings = item.stash[_SETTINGS] = _settings(item)
+            if settings[0]:
+                from ._aioloop import watching_loops
+
+                stack.enter_context(watching_loops(_cushion(item.config)))
         yield
 
 
