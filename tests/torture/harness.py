@@ -2,7 +2,9 @@
 code, how long it sleeps and a token; the engine runs it through ``ctx.run_tool`` and, once
 the result is durable in the transcript, appends an acknowledgement to ``torture.jsonl`` in
 the session's directory. The campaign checks both against each other and against the
-exit codes it asked for."""
+exit codes it asked for. A harness of an odd epoch runs under ``asyncio.run``, of an even one
+under ``trio.run``: a session's harnesses alternate loops as they are replaced, and each reads
+the transcript the other wrote."""
 
 from __future__ import annotations
 
@@ -52,4 +54,5 @@ async def engine(commands: Receiver[Command], ctx: HarnessContext) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_harness(engine))
+    odd = int(os.environ.get("TETHER_EPOCH", "0")) % 2
+    sys.exit(run_harness(engine, backend="asyncio" if odd else "trio"))
