@@ -14,6 +14,7 @@ import sqlite3
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -644,3 +645,34 @@ async def tether_cmd(directory: Path, *args: str) -> str:
 
 
 __all__ = ["directory"]  # the fixture, shared with test_agentd
+
+
+@pytest.mark.parametrize("swap", ["urandom", "zero", "fifo", "directory"])
+def test_the_end_of_a_swapped_log_is_not_read_past_its_bound(tmp_path: Path, swap: str) -> None:
+    """Torture seed 811321400: a tool put a symlink to /dev/urandom where the log of a harness
+    that then exited early was, and the daemon, reading "its log ends", read forever (283 MiB
+    in 2 s). A log that is not a regular file has no last line to show."""
+    from tether.agentd._lifecycle import _last_line
+
+    log = tmp_path / "harness.log"
+    if swap == "fifo":
+        os.mkfifo(log)
+    elif swap == "directory":
+        log.mkdir()
+    else:
+        log.symlink_to(f"/dev/{swap}")
+    found: list[str] = []
+    reader = threading.Thread(target=lambda: found.append(_last_line(str(log))), daemon=True)
+    reader.start()
+    reader.join(10)  # the bug read forever: fail, do not hang
+    assert found == [""]
+
+
+def test_the_end_of_a_log_is_its_last_line_read_from_its_tail(tmp_path: Path) -> None:
+    from tether.agentd._lifecycle import _last_line
+
+    log = tmp_path / "harness.log"
+    log.write_bytes(b"x" * 1_000_000 + b"\nTraceback...\nValueError: the cause\n\n")
+    assert _last_line(str(log)) == "ValueError: the cause"
+    log.write_bytes(b"")
+    assert _last_line(str(log)) == ""

@@ -305,12 +305,22 @@ def _open_log(path: str) -> int:
 
 def _last_line(path: str, tail: int = 4096) -> str:
     """The last line of the log that is not blank (its cause, in a traceback), cut to 200
-    characters; ``""`` if it cannot be read."""
+    characters; ``""`` if it cannot be read. Only a regular file is read, and only its last
+    ``tail`` bytes: a tool may have put a symlink to ``/dev/urandom`` or a FIFO in its place,
+    which a plain read would follow forever."""
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - tail))
-            lines = f.read().decode(errors="replace").splitlines()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return ""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return ""
+        data = os.pread(fd, tail, max(0, info.st_size - tail))
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    lines = data.decode(errors="replace").splitlines()
     text = next((line.strip() for line in reversed(lines) if line.strip()), "")
     return text if len(text) <= 200 else text[:199] + "…"
