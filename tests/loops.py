@@ -8,7 +8,7 @@ import asyncio
 import functools
 import inspect
 import textwrap
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -22,7 +22,16 @@ LOOPS = ("trio", "asyncio")
 def both_loops(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
     """``test`` as a plain test with a ``loop`` parameter, run once under each loop (its
     other parameters, fixtures included, are passed through)."""
+    return _on_loops(test, LOOPS)
 
+
+def both_loops_asyncio_slow(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """``both_loops``, with the asyncio run marked ``slow``: a test of several seconds whose
+    asyncio half ``make test-slow`` (and CI) runs, keeping ``make test`` within its minutes."""
+    return _on_loops(test, ("trio", pytest.param("asyncio", marks=pytest.mark.slow)))
+
+
+def _on_loops(test: Callable[..., Awaitable[None]], loops: Sequence[object]) -> Callable[..., None]:
     def run(loop: str, **kwargs: Any) -> None:
         anyio.run(functools.partial(test, **kwargs), backend=loop)
 
@@ -32,7 +41,7 @@ def both_loops(test: Callable[..., Awaitable[None]]) -> Callable[..., None]:
     loop = inspect.Parameter("loop", inspect.Parameter.KEYWORD_ONLY, annotation=str)
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in signature.parameters.values()]
     run.__signature__ = signature.replace(parameters=[loop, *params])  # type: ignore[attr-defined]
-    return pytest.mark.parametrize("loop", LOOPS)(run)
+    return pytest.mark.parametrize("loop", loops)(run)
 
 
 def run_on(loop: str, main: Callable[[], Awaitable[None]]) -> None:

@@ -53,6 +53,7 @@ def start(session: str, epoch: int, daemon: FakeAgentd, state: Path, model: Fake
     )
 
 
+@pytest.mark.slow  # two harnesses, the SDK imported by each: `make test-slow` and CI
 async def test_sigterm_mid_shell_call_seals_it_and_the_next_harness_continues(
     tmp_path: Path,
 ) -> None:
@@ -97,6 +98,7 @@ async def test_sigterm_mid_shell_call_seals_it_and_the_next_harness_continues(
     )
 
 
+@pytest.mark.slow
 async def test_superseded_with_a_stray_clone_exits_75_in_time_naming_the_clone(
     tmp_path: Path,
 ) -> None:

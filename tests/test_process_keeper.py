@@ -20,7 +20,7 @@ import pytest
 
 import tether.process._ref
 from helpers import python, reap_zombie_children, unique_session, wait_until, zombie_children
-from loops import LOOPS, both_loops, program
+from loops import LOOPS, both_loops, both_loops_asyncio_slow, program
 from tether import ChildGroup, KeeperUnresponsive, RunResult
 from tether.process._child import REPORT_TIMEOUT
 from tether.process._proc import Stat
@@ -486,7 +486,7 @@ async def test_issue_26_row_2_a_status_read_from_a_zombie_the_owner_does_not_own
     await wait_until(reap_zombie_children)
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_issue_26_row_2_a_status_nobody_can_tell_is_lost_not_zero(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -524,7 +524,7 @@ async def test_issue_26_row_3_a_stopped_keeper_is_a_typed_error_within_its_deadl
     assert zombie_children() == []
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_issue_26_row_3_a_keeper_stopped_mid_run_ends_the_run_with_its_status(
     tmp_path: Path,
 ) -> None:

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from helpers import python, unique_session, wait_until
-from loops import both_loops
+from loops import both_loops, both_loops_asyncio_slow
 from tether import ChildGroup, ManualClock, ToolActivity, ToolFailed, ToolStall
 from tether.process import _capture
 
@@ -194,7 +194,7 @@ async def test_a_grandchild_with_its_stdio_elsewhere_holds_nothing() -> None:
             os.kill(job, 9)
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_a_timeout_stops_a_tree_that_ignores_sigint_and_sigterm() -> None:
     stubborn = """
         import signal, subprocess, time
@@ -245,7 +245,7 @@ async def test_a_stalled_sleep_is_announced_with_what_it_waits_on_and_stopped(
     assert "threshold 1s" in caplog.text
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_a_busy_loop_is_never_stalled_only_timed_out() -> None:
     async with group() as children:
         result = await children.run(
@@ -255,7 +255,7 @@ async def test_a_busy_loop_is_never_stalled_only_timed_out() -> None:
     assert not result.stalled
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_a_slow_spawn_is_not_the_tool_s_silence() -> None:
     """Issue 40, a fresh torture seed: a spawn held up 1.5 s (its keeper SIGSTOPped; a loaded
     host does the same) made a tool stalled the moment it started, and it was SIGINTed."""
@@ -279,7 +279,7 @@ async def _continue_after(pid: int, seconds: float) -> None:
     os.kill(pid, signal.SIGCONT)
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_a_tool_that_keeps_printing_is_never_stalled() -> None:
     printer = "import time\nfor i in range(8):\n    print(i, flush=True)\n    time.sleep(0.5)"
     async with group() as children:
@@ -318,7 +318,7 @@ async def test_host_sleep_is_not_silence() -> None:
     assert result.max_silence == pytest.approx(5.5)
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_announce_keeps_waiting_and_check_raises_with_the_result() -> None:
     async with group() as children:
         result = await children.run(

@@ -140,6 +140,7 @@ def test_a_signal_handler():
 """
 
 
+@pytest.mark.slow  # four loops woken after 1 s each, in a pytest of its own
 def test_a_loop_that_can_still_be_woken_is_never_called_deadlocked(
     pytester: pytest.Pytester,
 ) -> None:
