@@ -101,9 +101,9 @@ class HarnessContext:
 
         The call is durable before ``fn`` runs; its result (``ok`` with what ``fn`` returned,
         ``error`` with the exception, ``aborted`` if cancelled or after ``timeout`` seconds
-        (``trio.TooSlowError`` is raised), ``interrupted`` naming the cause if the harness's
-        stop cut it short) is recorded after. ``fn``
-        marks its progress with ``ctx.progress()``.
+        (``trio.TooSlowError`` is raised on trio, ``TimeoutError`` on asyncio),
+        ``interrupted`` naming the cause if the harness's stop cut it short) is recorded after.
+        ``fn`` marks its progress with ``ctx.progress()``.
 
         Raises:
             JournalError: the call could not be made durable; ``fn`` did not run.
