@@ -8,6 +8,7 @@ the transcript the other wrote."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -18,11 +19,17 @@ from tether.wire import Prompt
 
 
 def note(record: dict[str, object]) -> None:
-    """Append one line to the session's ``torture.jsonl``, durably."""
+    """Append one line to the session's ``torture.jsonl``, durably, whole or not at all: a
+    full disk can take part of a line (``write`` returns short), which is cut off again and
+    raised, as the transcript's own appends are (seed 110004761 tore a line this way)."""
     path = os.path.join(os.environ["TETHER_STATE_DIR"], "torture.jsonl")
+    line = json.dumps({**record, "pid": os.getpid()}).encode() + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, json.dumps({**record, "pid": os.getpid()}).encode() + b"\n")
+        start = os.fstat(fd).st_size
+        if os.write(fd, line) != len(line):
+            os.ftruncate(fd, start)
+            raise OSError(errno.ENOSPC, "a note was cut short", path)
         os.fsync(fd)
     finally:
         os.close(fd)
