@@ -42,6 +42,12 @@ GRACE = 0.5
 BOUND = 2 * GRACE + 1.0
 
 
+ASYNCIO_SLOW = pytest.mark.parametrize(
+    "backend", ["trio", pytest.param("asyncio", marks=pytest.mark.slow)], indirect=True
+)
+"""For a test of seconds whose asyncio run ``make test-slow`` (and CI) takes."""
+
+
 @pytest.fixture(params=["trio", "asyncio"], autouse=True)
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The loop the example harness runs on (``TETHER_EXAMPLE_BACKEND``, which it passes to
@@ -286,6 +292,7 @@ async def test_resume_seals_a_predecessor_s_dangling_call_before_the_engine_star
         assert sealed.reason == "session resumed after an unclean shutdown"
 
 
+@ASYNCIO_SLOW
 async def test_a_vanished_daemon_ends_the_harness_with_its_code(tmp_path: Path) -> None:
     session = unique_session()
     async with agentd(2, prompt=False) as (daemon, server_scope):
@@ -325,6 +332,7 @@ def test_run_harness_names_a_missing_setting(missing: str, tmp_path: Path) -> No
     assert len(done.stderr.strip().splitlines()) == 1  # one line, no traceback
 
 
+@ASYNCIO_SLOW
 async def test_a_second_signal_while_exiting_does_not_change_the_exit(tmp_path: Path) -> None:
     session = unique_session()
     async with agentd(4) as (daemon, _):
@@ -345,6 +353,7 @@ async def test_a_second_signal_while_exiting_does_not_change_the_exit(tmp_path: 
     assert marked(session) == []
 
 
+@ASYNCIO_SLOW
 async def test_a_daemon_that_only_refuses_ends_the_harness_instead_of_a_loop(
     tmp_path: Path,
 ) -> None:

@@ -214,7 +214,7 @@ async def test_a_timeout_stops_a_tree_that_ignores_sigint_and_sigterm() -> None:
         assert "timed out after 1 s" in result.reason()
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_a_stalled_sleep_is_announced_with_what_it_waits_on_and_stopped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -292,7 +292,7 @@ async def test_a_tool_that_keeps_printing_is_never_stalled() -> None:
     assert result.max_silence < 3.0
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_host_sleep_is_not_silence() -> None:
     """An injected clock: the host sleeps an hour (awake time does not move) and the tool is
     not stalled; awake time past the threshold stalls it."""
@@ -342,7 +342,7 @@ async def test_cancelling_a_run_stops_the_tool_s_tree(tmp_path: Path) -> None:
         assert not alive(pid)
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_endless_output_is_kept_up_to_max_output_and_the_rest_counted() -> None:
     """``yes`` always advances, so only its timeout ends it; it must not take our memory."""
     async with group() as children:
