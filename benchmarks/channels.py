@@ -88,7 +88,8 @@ def run_trio(capacity: float, producers: int, messages: int) -> float:
     return _trio_timed(main)
 
 
-def run_anyio(capacity: float, producers: int, messages: int) -> float:
+def _anyio_program(capacity: float, producers: int, messages: int) -> Callable[[], Awaitable[None]]:
+    """The transfer on anyio's memory object streams, for either of anyio's backends."""
     import anyio
     from anyio.streams.memory import MemoryObjectSendStream
 
@@ -107,7 +108,11 @@ def run_anyio(capacity: float, producers: int, messages: int) -> float:
             async for _ in rx:
                 pass
 
-    return _trio_timed(main)
+    return main
+
+
+def run_anyio(capacity: float, producers: int, messages: int) -> float:
+    return _trio_timed(_anyio_program(capacity, producers, messages))
 
 
 def run_asyncio(capacity: float, producers: int, messages: int) -> float:
@@ -160,27 +165,14 @@ def run_tether_asyncio(capacity: float, producers: int, messages: int) -> float:
 
 def run_anyio_asyncio(capacity: float, producers: int, messages: int) -> float:
     """anyio's memory object streams under ``asyncio.run`` (anyio's asyncio backend)."""
-    import anyio
-    from anyio.streams.memory import MemoryObjectSendStream
+    main = _anyio_program(capacity, producers, messages)
 
-    async def main() -> float:
-        tx, rx = anyio.create_memory_object_stream[int](capacity)
-
-        async def produce(sender: MemoryObjectSendStream[int], items: range) -> None:
-            async with sender:
-                for i in items:
-                    await sender.send(i)
-
+    async def timed() -> float:
         start = time.perf_counter()
-        async with anyio.create_task_group() as group:
-            for items in _split(messages, producers):
-                group.start_soon(produce, tx.clone(), items)
-            await tx.aclose()
-            async for _ in rx:
-                pass
+        await main()
         return time.perf_counter() - start
 
-    return asyncio.run(main())
+    return asyncio.run(timed())
 
 
 def run_tether_recv_many(capacity: float, producers: int, messages: int) -> float:
