@@ -130,7 +130,9 @@ def watching_loops(cushion: float) -> Iterator[list[LoopWatch]]:
 
     def set_running_loop(loop: asyncio.AbstractEventLoop | None) -> None:
         original(loop)
-        if loop is not None and threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is not threading.main_thread():
+            return  # another thread's loop: not watched, and not the end of ours
+        if loop is not None:
             watch = LoopWatch(loop, cushion)
             watches.append(watch)
             WATCHDOG.add(watch)
