@@ -137,6 +137,7 @@ def hosts(tmp_path: Path, etcd_cluster: Cluster) -> Iterator[tuple[Host, Host]]:
     b.reap()
 
 
+@pytest.mark.slow  # 6 to 7 s here: make test-slow (and CI)
 async def test_a_lost_host_is_taken_over_and_its_harness_superseded_when_it_returns(
     hosts: tuple[Host, Host],
 ) -> None:
@@ -293,6 +294,7 @@ class DeafStore(EtcdEpochStore):
         return await super().orphaned()
 
 
+@pytest.mark.slow  # 6 to 7 s here: make test-slow (and CI)
 async def test_an_adopting_daemon_rescans_for_orphans_when_its_watch_hangs(
     tmp_path: Path, etcd_cluster: Cluster
 ) -> None:

@@ -87,6 +87,7 @@ async def test_a_tool_call_round_trip_is_recorded(directory: Path) -> None:
                     "content": "exit code 0\nstdout:\nhello from the tool\n"}  # fmt: skip
 
 
+@pytest.mark.slow  # 6 to 7 s here: make test-slow (and CI)
 async def test_a_silent_stream_is_stalled_with_a_fresh_heartbeat_and_a_slow_one_never(
     directory: Path,
 ) -> None:

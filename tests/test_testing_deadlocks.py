@@ -102,6 +102,7 @@ def _durations(out: str) -> dict[str, float]:
     return {name: float(seconds) for seconds, name in found}
 
 
+@pytest.mark.slow  # 6 to 7 s here: make test-slow (and CI)
 def test_every_deadlock_is_named_within_seconds(pytester: pytest.Pytester) -> None:
     pytester.makeini(INI)
     pytester.makepyfile(test_dead=DEADLOCKS)

@@ -113,6 +113,7 @@ async def test_a_permit_and_its_sender_dropped_after_the_cushion():
 """
 
 
+@pytest.mark.slow  # 6 to 7 s here: make test-slow (and CI)
 def test_a_permit_dropped_after_the_cushion_ends_the_loop(pytester: pytest.Pytester) -> None:
     result = run(pytester, PERMIT_DROPPED)
     result.assert_outcomes(passed=2)

@@ -87,6 +87,7 @@ async def test_a_registry_beside_a_sleeping_thread():
 """
 
 
+@pytest.mark.slow  # 6 to 7 s here: make test-slow (and CI)
 def test_tasks_behind_blocked_threads_and_registries_beside_threads_are_named(
     pytester: pytest.Pytester,
 ) -> None:
