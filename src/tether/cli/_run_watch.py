@@ -7,7 +7,9 @@ pidfd of ``tether run`` and a pipe on which ``tether run`` reports its children 
 and go (``+ pid start`` / ``- pid start``, ``bye`` at a clean exit). When the pidfd says
 ``tether run`` died without ``bye``, the watcher stops the reported children still alive, all
 their descendants, and every process carrying the run's mark, SIGTERM first, SIGKILL after
-``grace`` (ADR 0023).
+``grace`` (ADR 0023). With ``--die-with-parent`` it also holds a pidfd of the process that
+started ``tether run`` and stops the same processes when that one dies (ADR 0056); ``tether
+run`` then sees CMD end and exits as it would.
 """
 
 from __future__ import annotations
@@ -33,9 +35,12 @@ class Watcher:
         self._reported: set[Identity] = set()
 
     @classmethod
-    def start(cls, grace: float, mark: tuple[str, str]) -> Watcher | None:
+    def start(
+        cls, grace: float, mark: tuple[str, str], parent: int | None = None
+    ) -> Watcher | None:
         """Fork the watcher (twice, so it is not this process's child); ``None`` if that
-        fails (logged by the caller: ``tether run`` then goes on without one)."""
+        fails (logged by the caller: ``tether run`` then goes on without one). ``parent``: a
+        pidfd of the process whose death stops CMD's tree too (``--die-with-parent``)."""
         try:
             pidfd = os.pidfd_open(os.getpid())
         except OSError:
@@ -51,7 +56,7 @@ class Watcher:
             try:
                 os.close(write)
                 if os.fork() == 0:
-                    _watch(pidfd, read, grace, mark)
+                    _watch(pidfd, read, grace, mark, parent)
             finally:
                 os._exit(0)
         os.close(pidfd)
@@ -82,8 +87,9 @@ class Watcher:
             pass  # the watcher is gone: nothing to tell
 
 
-def _watch(pidfd: int, read: int, grace: float, mark: tuple[str, str]) -> None:
-    """The watcher's life: wait for ``tether run`` to end; stop what it left if it died."""
+def _watch(pidfd: int, read: int, grace: float, mark: tuple[str, str], parent: int | None) -> None:
+    """The watcher's life: wait for ``tether run`` to end; stop what it left if it died, and
+    what it runs if ``parent`` (a pidfd) dies first."""
     import select  # here, not in ``tether run``'s start-up
 
     os.setsid()
@@ -96,6 +102,8 @@ def _watch(pidfd: int, read: int, grace: float, mark: tuple[str, str]) -> None:
     poll = select.poll()
     poll.register(pidfd, select.POLLIN)
     poll.register(read, select.POLLIN)
+    if parent is not None:
+        poll.register(parent, select.POLLIN)
     closed = False
     while True:
         ready = {fd for fd, _ in poll.poll()}
@@ -114,11 +122,15 @@ def _watch(pidfd: int, read: int, grace: float, mark: tuple[str, str]) -> None:
                 ident = (int(pid), int(start))
                 (children.add if sign == b"+" else children.discard)(ident)
         if pidfd in ready:
-            _stop(children, grace, mark)
+            _stop(children, grace, mark, "the run died before its command's processes")
             return
+        if parent is not None and parent in ready:
+            poll.unregister(parent)
+            parent = None
+            _stop(children, grace, mark, "the process that started it died")
 
 
-def _stop(children: set[Identity], grace: float, mark: tuple[str, str]) -> None:
+def _stop(children: set[Identity], grace: float, mark: tuple[str, str], why: str) -> None:
     def collect() -> set[Identity]:
         procs = _procfs.table()
         roots = {pid for pid, start in children if _procfs.state((pid, start)) is not None}
@@ -128,7 +140,7 @@ def _stop(children: set[Identity], grace: float, mark: tuple[str, str]) -> None:
     found = collect()
     if found:
         print(
-            f"tether run: the run died before its command's processes; stopping {len(found)}",
+            f"tether run: {why}; stopping {len(found)} processes",
             file=sys.stderr,
             flush=True,
         )

@@ -1,0 +1,117 @@
+"""``tether run --die-with-parent`` (issue 46) with real processes: when the process that started
+it dies, SIGKILL included, CMD's whole tree is stopped, ``setsid`` and ``nohup`` escapes and
+processes ignoring SIGTERM included; a spawning thread that exits while its process lives is
+not a death."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from helpers import ours, python, wait_until
+
+GRACE = 0.3
+RUN = [sys.executable, "-m", "tether", "run", "--die-with-parent", "--grace", str(GRACE)]
+HEADROOM = 5.0  # a loaded 2-core machine; the watcher itself answers at once
+
+LAUNCHER = """
+    import subprocess, sys
+    child = subprocess.Popen(sys.argv[1:])
+    print(child.pid, flush=True)
+    child.wait()
+"""
+# The spawning thread exits at once; the process lives until its stdin closes, then exits
+# without waiting for tether run.
+THREADED = """
+    import subprocess, sys, threading
+    started = []
+    spawner = threading.Thread(target=lambda: started.append(subprocess.Popen(sys.argv[1:])))
+    spawner.start()
+    spawner.join()
+    print(started[0].pid, flush=True)
+    sys.stdin.read()
+"""
+# Everything here ignores SIGTERM (bash's ignored trap is inherited), so the watcher's SIGKILL
+# after the grace is what ends it.
+TREE = """
+    trap '' TERM
+    sleep 2000 & setsid sleep 2001 & setsid sh -c 'sleep 2002 &' &
+    nohup sleep 2003 >/dev/null 2>&1 &
+    env -i /usr/bin/setsid /bin/sleep 2004 &
+    echo ready > "$0"; wait
+"""
+
+
+@pytest.fixture(autouse=True)
+def settled(orphans_settled: None) -> Iterator[None]:
+    """tether run, its watcher and CMD's tree are orphaned here when the launcher dies."""
+    yield
+    for process in _sleepers():
+        process.kill()
+
+
+async def test_the_parent_s_death_stops_cmd_s_whole_tree(tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    launcher = subprocess.Popen(
+        python(LAUNCHER, *RUN, "--", "bash", "-c", TREE, str(ready)), stdout=subprocess.PIPE
+    )
+    assert launcher.stdout is not None
+    run = psutil.Process(int(launcher.stdout.readline()))
+    launcher.stdout.close()
+    await wait_until(lambda: ready.exists() and len(_sleepers()) == 5, timeout=20)
+    sleepers = _sleepers()
+    launcher.kill()
+    launcher.wait()
+    killed = time.monotonic()
+    await wait_until(lambda: not any(map(_alive, sleepers)), timeout=2 * GRACE + 1 + HEADROOM)
+    took = time.monotonic() - killed
+    assert took > GRACE - 0.05, "each of them ignores SIGTERM: the SIGKILL comes after the grace"
+    await wait_until(lambda: not _alive(run), timeout=HEADROOM)  # CMD ended: so does tether run
+
+
+async def test_a_spawning_thread_s_exit_is_not_the_parent_s_death() -> None:
+    launcher = subprocess.Popen(
+        python(THREADED, *RUN, "--", "sleep", "2005"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert launcher.stdin is not None
+    assert launcher.stdout is not None
+    run = psutil.Process(int(launcher.stdout.readline()))
+    launcher.stdout.close()
+    await wait_until(lambda: len(_sleepers()) == 1, timeout=20)
+    (sleeper,) = _sleepers()
+    # Had the thread's exit been taken for a death, the sleep (which obeys SIGTERM) would be
+    # gone within milliseconds of the watcher's answer: watch it for longer than a stop takes.
+    await trio.sleep(2 * GRACE + 1)
+    assert _alive(sleeper)
+    assert _alive(run)
+    launcher.stdin.close()  # now the process itself ends
+    launcher.wait(timeout=20)
+    await wait_until(lambda: not _alive(sleeper) and not _alive(run), timeout=GRACE + 1 + HEADROOM)
+
+
+def _sleepers() -> list[psutil.Process]:
+    found = []
+    for process in ours():  # never another test worker's or a user's sleepers
+        try:
+            cmdline = process.cmdline()
+        except psutil.Error:
+            continue
+        if len(cmdline) == 2 and cmdline[0].endswith("sleep") and cmdline[1].startswith("200"):
+            found.append(process)
+    return found
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
