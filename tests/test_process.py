@@ -143,6 +143,9 @@ async def test_children_carry_the_session_and_epoch_and_a_clean_signal_state(
         async with ChildGroup("mark-s", 42, grace=GRACE) as group:
             child = await group.spawn(["sh", "-c", script], cwd=tmp_path)
             assert await child.wait() == 0
+            # Without a cwd, this process's (as subprocess does), though a keeper spawns it.
+            here = await group.spawn(["sh", "-c", f"pwd > {tmp_path}/here"])
+            assert await here.wait() == 0
             sleeper = await group.spawn(["sleep", "1000"])
             stat = sleeper.ref.stat()
             assert stat is not None
@@ -150,6 +153,7 @@ async def test_children_carry_the_session_and_epoch_and_a_clean_signal_state(
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     assert (tmp_path / "env").read_text().split() == ["mark-s", "42", str(tmp_path)]
+    assert (tmp_path / "here").read_text().strip() == os.getcwd()
     status = (tmp_path / "st").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     assert int(fields["SigBlk"], 16) == 0, "the child inherited a blocked signal mask"

@@ -335,6 +335,7 @@ def test_the_groups_of_a_run_share_one_keeper_which_ends_with_the_run(loop: str)
             child = await second.spawn([sys.executable, "-c", "import sys; sys.exit(7)"])
             with anyio.fail_after(10):
                 assert await child.wait() == 7
+            assert keeper.cwd() == "/"  # back there once the child started in ours
         async with ChildGroup(unique_session(), 1, grace=GRACE) as third:
             seen.append(third.keeper_pid)
 

@@ -158,6 +158,9 @@ class Keeper:
         pairs = zip(passed, targets, strict=False)  # a descriptor that did not come is skipped
         actions = [(os.POSIX_SPAWN_DUP2, fd, target) for fd, target in pairs]
         try:
+            # The owner's working directory, as a child of its own would have (posix_spawn has
+            # no chdir; this process has one thread, and goes back to / at once).
+            os.chdir(str(request.get("cwd") or "/"))
             pid = os.posix_spawn(
                 str(request["path"]),
                 [str(a) for a in request["args"]],
@@ -178,6 +181,7 @@ class Keeper:
                 self.marks.add(group)
             self.send({"op": "spawned", "pid": pid})
         finally:
+            os.chdir("/")
             for fd in passed:
                 os.close(fd)
 

@@ -163,7 +163,7 @@ class Keeper:
         sources = [(fds or {})[t] for t in targets]
         message: dict[str, Any] = {
             "op": "spawn", "path": path, "args": list(args), "env": dict(env), "fds": targets,
-            "group": group,
+            "group": group, "cwd": _cwd(),
         }  # fmt: skip
         if not self.alive:
             raise SpawnError(program, errno.ECHILD, "the group's keeper is gone")
@@ -320,3 +320,12 @@ def _spawn(argv: list[str], sock: int) -> int:
         setsigdef=DEFAULT_DISPOSITIONS,
         file_actions=[(os.POSIX_SPAWN_DUP2, sock, 3), *strays({3})],
     )
+
+
+def _cwd() -> str | None:
+    """This process's working directory, for the keeper to start a child in (``None``, and
+    so ``/``, if it was deleted)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
