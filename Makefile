@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,etcd,metrics,docs,openai,thirdparty]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,etcd,metrics,docs,openai,thirdparty,mcp]'
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed

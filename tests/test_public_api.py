@@ -170,6 +170,7 @@ LAYERS = [
     "agentd",
     "cli",
     "testing",
+    "mcp",
 ]
 SRC = Path(tether.__file__).parent
 

@@ -226,6 +226,7 @@ _SUBPACKAGES = frozenset(
         "jobs",
         "journal",
         "liveness",
+        "mcp",
         "process",
         "signals",
         "testing",

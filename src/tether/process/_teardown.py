@@ -34,26 +34,30 @@ async def stop_processes(
     grace: float,
     *,
     in_thread: bool = False,
+    interrupt: bool = True,
 ) -> list[ProcessRef]:
     """Stop every process ``collect()`` returns; the ones still there at the end (logged).
 
     ``in_thread``: read the table and send the signals in a worker thread (a sweep of
     thousands of processes); otherwise inline, which is cheaper for a group's few children.
-    Bounded by ``2 * grace + KILL_WAIT`` plus the cost of reading the process table.
+    ``interrupt=False`` starts at SIGTERM (the MCP spec's ladder, whose first step is closing
+    the server's stdin). Bounded by ``2 * grace + KILL_WAIT`` plus the cost of reading the
+    process table.
     """
     targets: set[ProcessRef] = set()
-    for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT)):
+    steps = ((signal.SIGINT, grace), (signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT))
+    for sig, wait in steps if interrupt else steps[1:]:
         targets |= _unfinished(await _collect(collect, wait, in_thread), targets)
         if not targets:
             return []
         if sig == signal.SIGKILL:
             if len(targets) > _NAMED:
                 logger.warning("SIGKILL to %d processes after %.1fs of grace", len(targets),
-                               2 * grace)  # fmt: skip
+                               (2 if interrupt else 1) * grace)  # fmt: skip
             else:
                 for target in targets:
                     logger.warning("SIGKILL to %s after %.1fs of grace", target.describe(),
-                                   2 * grace)  # fmt: skip
+                                   (2 if interrupt else 1) * grace)  # fmt: skip
         signals = (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,)
         if in_thread:
             await anyio.to_thread.run_sync(_deliver_all, signals, targets, groups)
