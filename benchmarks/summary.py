@@ -26,6 +26,7 @@ SCRIPTS = [
     "journal",
     "harness",
     "harness_loops",
+    "mcp_clients",
     "agentd",
     "delivery",
     "flood",

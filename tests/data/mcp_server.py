@@ -59,6 +59,8 @@ if __name__ == "__main__":
     if stubborn:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # its children inherit it, too
     print(f"mcp test server {os.getpid()} up", file=sys.stderr, flush=True)
-    server.run("stdio")
-    while stubborn:
-        time.sleep(3600)
+    try:
+        server.run("stdio")
+    finally:
+        while stubborn:
+            time.sleep(3600)
