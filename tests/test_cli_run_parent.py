@@ -5,6 +5,7 @@ not a death."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 import trio
 
 from helpers import ours, python, wait_until
+from test_doc_blocks import block
 
 GRACE = 0.3
 RUN = [sys.executable, "-m", "tether", "run", "--die-with-parent", "--grace", str(GRACE)]
@@ -115,3 +117,14 @@ def _alive(process: psutil.Process) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_the_mcp_page_s_config_runs() -> None:
+    """The config's command line, with the server replaced by one that exits 7."""
+    config = json.loads(block("docs/mcp.md", 1))
+    (server,) = config["mcpServers"].values()
+    assert server["command"] == "tether"
+    options = server["args"][: server["args"].index("--") + 1]
+    assert options == ["run", "--die-with-parent", "--"]
+    command = [sys.executable, "-m", "tether", *options, "sh", "-c", "exit 7"]
+    assert subprocess.run(command, timeout=60, check=False).returncode == 7

@@ -40,6 +40,8 @@ RUN_BY = {
     ("docs/testing.md", 4): "test_the_deadlock_examples_fail_as_printed",
     ("docs/testing.md", 5): "test_testing_asyncio.py::*_fails_the_test_as_printed",
     ("docs/openai-agents.md", 0): "test_openai_agents.py::test_the_recipe_on_the_docs_page_*",
+    ("docs/mcp.md", 0): "test_mcp.py::test_the_mcp_page_s_client_runs_as_printed",
+    ("docs/mcp.md", 1): "test_cli_run_parent.py::test_the_mcp_page_s_config_runs",
     ("docs/transcript.md", 0): "test_the_transcript_example_reads_as_a_transcript",
 }
 

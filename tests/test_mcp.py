@@ -25,6 +25,7 @@ import pytest
 
 from helpers import marked, python, unique_session, wait_until
 from loops import both_loops, both_loops_asyncio_slow
+from test_doc_blocks import block
 
 if os.environ.get("TETHER_REQUIRE_THIRD_PARTY"):
     try:
@@ -190,3 +191,13 @@ def _alive(process: psutil.Process) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_the_mcp_page_s_client_runs_as_printed(tmp_path: Path) -> None:
+    (tmp_path / "my_server.py").write_text(Path(SERVER).read_text())
+    (tmp_path / "client.py").write_text(block("docs/mcp.md", 0))
+    done = subprocess.run(
+        [sys.executable, "client.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hello\n"

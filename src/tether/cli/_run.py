@@ -113,11 +113,12 @@ def _pidfd_of_parent(parent: int) -> int:
               "CMD not started", file=sys.stderr)  # fmt: skip
         raise SystemExit(1)
     try:
-        fd = os.pidfd_open(parent)
+        fd = os.pidfd_open(parent)  # AttributeError off Linux: below
     except ProcessLookupError:
         fd = -1
-    except OSError as exc:
-        print(f"tether run: --die-with-parent: {exc.strerror}; CMD not started", file=sys.stderr)
+    except (OSError, AttributeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "no pidfd on this system"
+        print(f"tether run: --die-with-parent: {why}; CMD not started", file=sys.stderr)
         raise SystemExit(1) from None
     if fd < 0 or os.getppid() != parent:  # it died before the pidfd was taken
         print(f"tether run: the parent (pid {parent}) is gone; CMD not started", file=sys.stderr)
