@@ -145,7 +145,7 @@ async def test_a_command_that_cannot_run_is_an_oserror() -> None:
             pass  # pragma: no cover
 
 
-@both_loops
+@both_loops_asyncio_slow
 async def test_a_cancelled_client_still_stops_the_server_s_whole_tree() -> None:
     """The caller's deadline passes mid-call: the ladder runs whole all the same."""
     session = unique_session()
@@ -193,6 +193,7 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
+@pytest.mark.slow  # a second client and server, in a fresh interpreter: make test-slow, CI
 def test_the_mcp_page_s_client_runs_as_printed(tmp_path: Path) -> None:
     (tmp_path / "my_server.py").write_text(Path(SERVER).read_text())
     (tmp_path / "client.py").write_text(block("docs/mcp.md", 0))

@@ -188,14 +188,16 @@ def honest_status(
 
 
 def released(rows: Iterable[dict[str, object]], watch: Watch, where: str) -> list[Violation]:
-    """A group that closed while another shares its keeper stopped its own processes."""
+    """A group that closed while another shares its keeper stopped its own processes; an MCP
+    client's context, left however its session ended, stopped its server's whole tree."""
     found: list[Violation] = []
     for row in rows:
         if "left" not in row:
             continue
-        watch.count("released")
+        name = "mcp_ladder" if str(row["token"]).endswith("-mcp") else "released"
+        watch.count(name)
         if row["left"]:
-            found.append(("released", f"{where}: {row['token']}'s group closed and left"
+            found.append((name, f"{where}: {row['token']}'s group closed and left"
                           f" pid {row['left']} alive"))  # fmt: skip
     return found
 

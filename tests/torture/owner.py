@@ -6,7 +6,12 @@ what it asked and what ``run`` reported to ``DIR/results.jsonl``; each tool writ
 find them. SIGUSR1 makes it deaf for a second (its thread blocked, its keeper's reports
 unread): an owner killed then dies with frames of its keeper's unread. A third of the tools
 run in a short-lived second group that shares the keeper (ADR 0037) and leave a detached
-sleeper; what of it is alive once that group closed is written as ``left``."""
+sleeper; what of it is alive once that group closed is written as ``left``. With the MCP SDK
+installed, one round in eight is an MCP session instead (``tether.mcp.stdio_client`` and the
+SDK's ``ClientSession`` on tests/data/mcp_server.py, its server spawned in the owner's
+session): the server's ``escape`` tool leaves a ``setsid`` sleeper, and what of it is alive
+once the client's context is left is written as ``left`` too (the nemesis kills and stops
+these servers as it does tools)."""
 
 from __future__ import annotations
 
@@ -25,6 +30,15 @@ import tether
 from tether import _procfs
 
 RUN_TIMEOUT = 20.0
+MCP_SERVER = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "mcp_server.py")
+
+try:
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters
+
+    import tether.mcp
+except ImportError:  # the matrix's environments: tools alone
+    ClientSession = None  # type: ignore[assignment,misc]
 
 
 def write(path: str, text: str) -> None:
@@ -54,7 +68,9 @@ async def main(directory: str, seed: int) -> None:
             marker = os.path.join(directory, token)
             record: dict[str, object] = {"token": token, "expect": code}
             try:
-                if rng.random() < 1 / 3:
+                if ClientSession is not None and rng.random() < 1 / 8:
+                    record = {"token": f"{token}-mcp", "left": await mcp_round(group.session)}
+                elif rng.random() < 1 / 3:
                     record["left"] = await short_group(group.session, script, marker)
                 else:
                     result = await group.run(["sh", "-c", script, marker], timeout=RUN_TIMEOUT)
@@ -63,6 +79,30 @@ async def main(directory: str, seed: int) -> None:
             except tether.SpawnError as exc:
                 record["error"] = type(exc).__name__
             append(results, record)
+
+
+async def mcp_round(session: str) -> list[int]:
+    """One MCP session whose server leaves a ``setsid`` sleeper; the sleeper's pid if it is
+    still alive once the context was left, however the session ended (the nemesis may have
+    killed or stopped the server)."""
+    params = StdioServerParameters(command=sys.executable, args=[MCP_SERVER])
+    escaped: int | None = None
+    try:
+        with anyio.fail_after(RUN_TIMEOUT):
+            async with (
+                tether.mcp.stdio_client(params, grace=0.2, session=session) as (read, write),
+                ClientSession(read, write) as client,
+            ):
+                await client.initialize()
+                answer = await client.call_tool("escape", {"seconds": 300})
+                escaped = int(answer.content[0].text)  # type: ignore[union-attr]
+                await client.call_tool("echo", {"text": session})
+    except Exception:  # noqa: BLE001 - a killed server ends its session in an error
+        pass
+    ident = None if escaped is None else _procfs.identity(escaped)
+    if ident is not None and _procfs.state(ident) not in (None, "Z"):
+        return [ident[0]]
+    return []
 
 
 DETACHED = 'setsid sh -c \'echo $$ > "$0.esc"; exec sleep 300\' "$0" </dev/null >/dev/null 2>&1 & '

@@ -22,6 +22,8 @@ import trio
 from tether.process._table import marks
 
 HERE = Path(__file__).parent
+MCP_SERVER = str(HERE.parent / "data" / "mcp_server.py")
+"""The MCP server an owner's MCP rounds start (``owner.py``)."""
 TETHER = [sys.executable, "-m", "tether"]
 HEARTBEAT, GRACE, MISS_LIMIT = 0.2, 0.2, 3
 PATIENCE = HEARTBEAT * MISS_LIMIT
@@ -253,7 +255,7 @@ def keeper_of(pid: int) -> int | None:
 
 
 def tools_of(pid: int) -> list[int]:
-    """The tools (``sh``) below ``pid``."""
+    """The tools (``sh``) and MCP servers (``owner.py``'s) below ``pid``."""
     try:
         below = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
@@ -261,7 +263,7 @@ def tools_of(pid: int) -> list[int]:
     found = []
     for process in below:
         try:
-            if process.name() == "sh":
+            if process.name() == "sh" or MCP_SERVER in process.cmdline():
                 found.append(process.pid)
         except psutil.Error:
             continue
