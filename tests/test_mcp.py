@@ -164,6 +164,47 @@ async def test_a_cancelled_client_still_stops_the_server_s_whole_tree() -> None:
     assert not any(map(_alive, tree))
 
 
+async def test_a_nul_byte_in_the_command_is_a_valueerror_as_with_the_sdk() -> None:
+    with pytest.raises(ValueError, match="null byte"):
+        async with tether.mcp.stdio_client(params("bad\0arg")):
+            pass  # pragma: no cover
+
+
+# A server that writes more than a pipe holds before it reads its stdin to the end: it exits
+# cleanly only if someone keeps reading its output.
+FLOODER = """
+import os, signal, sys
+here = sys.argv[1]
+def term(*_):
+    open(os.path.join(here, "TERM"), "w").close()
+    os._exit(143)
+signal.signal(signal.SIGTERM, term)
+line = '{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", '
+line += '"data": "' + "x" * 1000 + '"}}\\n'
+open(os.path.join(here, "started"), "w").close()
+sys.stdout.write(line * 300)
+sys.stdout.flush()
+sys.stdin.read()
+open(os.path.join(here, "clean"), "w").close()
+"""
+
+
+@both_loops_asyncio_slow
+async def test_a_cancelled_client_still_drains_the_server_s_output_and_spares_it(
+    tmp_path: Path,
+) -> None:
+    """Found by running the SDK's own stdio tests against this client: a cancelled caller
+    must not stop the reading, or the server, blocked writing, never sees its stdin end."""
+    server = StdioServerParameters(command=sys.executable, args=["-c", FLOODER, str(tmp_path)])
+    with anyio.CancelScope() as scope:
+        async with tether.mcp.stdio_client(server, grace=HEADROOM):
+            await wait_until((tmp_path / "started").exists)
+            scope.cancel()
+            await anyio.sleep_forever()
+    assert (tmp_path / "clean").exists()
+    assert not (tmp_path / "TERM").exists()
+
+
 @both_loops_asyncio_slow
 async def test_a_server_that_dies_ends_the_session_instead_of_hanging_it() -> None:
     async with (

@@ -91,7 +91,10 @@ async def stdio_client(
 
     Raises:
         SpawnError: the command cannot be executed (an ``OSError``, as the SDK raises).
+        ValueError: the command or an argument has a NUL byte (as the SDK raises).
     """
+    if "\0" in server.command or any("\0" in arg for arg in server.args):
+        raise ValueError(f"embedded null byte in the MCP server's command: {server.command!r}")
     env = get_default_environment() | (server.env or {})
     async with ChildGroup(session or f"mcp-{os.getpid()}", 1, grace) as group:
         stderr = _descriptor(errlog)
@@ -114,6 +117,7 @@ async def stdio_client(
                 yield transport.read_stream, transport.write_stream
             finally:
                 await _backend.shielded(transport.shutdown)
+                transport.reading.cancel()
                 tasks.cancel_scope.cancel()
 
 
@@ -133,6 +137,9 @@ class _Transport:
         self.write_stream, self.write_reader = anyio.create_memory_object_stream[SessionMessage](0)
         self.writer_done = anyio.Event()
         self.stdout_ended = anyio.Event()
+        self.reading = anyio.CancelScope(shield=True)
+        """The reader's scope: a cancelled caller must not stop the reading, or a server
+        blocked writing output nobody takes never sees its stdin end and gets SIGTERM."""
 
     def _pipe(self, name: str) -> _Pipe:
         pipe: _Pipe = getattr(self.child, name)
@@ -141,27 +148,31 @@ class _Transport:
     async def read(self) -> None:
         """The server's stdout, line by line, to the session; once the session is gone, read
         and dropped (a server blocked on a full pipe could not exit) until its end."""
-        decode = codecs.getincrementaldecoder(self.server.encoding)(
-            self.server.encoding_error_handler
-        ).decode
-        stdout, buffer, listening = self._pipe("stdout"), "", True
         try:
-            async with self.read_writer:
-                while chunk := await stdout.receive_some(READ_SIZE):
-                    if not listening:
-                        continue
-                    try:
-                        *lines, buffer = (buffer + decode(chunk)).split("\n")
-                    except UnicodeDecodeError as exc:
-                        lines, buffer = [], ""
-                        listening = await self._deliver(exc)
-                    for line in lines:
-                        if listening and line.strip():
-                            listening = await self._deliver(_parse(line))
+            with self.reading:
+                await self._read()
         except _backend.closed_errors():
             pass  # the shutdown closed the pipe under the read
         finally:
             self.stdout_ended.set()
+
+    async def _read(self) -> None:
+        decode = codecs.getincrementaldecoder(self.server.encoding)(
+            self.server.encoding_error_handler
+        ).decode
+        stdout, buffer, listening = self._pipe("stdout"), "", True
+        async with self.read_writer:
+            while chunk := await stdout.receive_some(READ_SIZE):
+                if not listening:
+                    continue
+                try:
+                    *lines, buffer = (buffer + decode(chunk)).split("\n")
+                except UnicodeDecodeError as exc:
+                    lines, buffer = [], ""
+                    listening = await self._deliver(exc)
+                for line in lines:
+                    if listening and line.strip():
+                        listening = await self._deliver(_parse(line))
 
     async def _deliver(self, item: SessionMessage | Exception) -> bool:
         """Hand ``item`` to the session; whether it still listens."""
