@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection
 import anyio
 
 from .. import _backend
+from ._proc import read_stat
 from ._ref import ProcessRef
 from ._registry import SPAWNED
 from ._table import descendants, refs, snapshot
@@ -102,10 +103,15 @@ async def _collect(
 
 
 def _unfinished(found: set[ProcessRef], targets: set[ProcessRef]) -> set[ProcessRef]:
-    """``found`` less the zombies that are done with: ours are reaped here, and another
-    parent's are its own business (a slow init may keep one for a while)."""
+    """``found`` less what is gone since and the zombies that are done with: ours are reaped
+    here, and another parent's are its own business (a slow init may keep one for a while)."""
     pids = {ref.pid for ref in found | targets}
-    return {ref for ref in found if not (ref.state() == "Z" and _reap(ref, pids))}
+    unfinished = set()
+    for ref in found:
+        state = ref.state()  # None: gone since it was found (reaped by its keeper, say)
+        if state is not None and not (state == "Z" and _reap(ref, pids)):
+            unfinished.add(ref)
+    return unfinished
 
 
 def _deliver(sig: int, targets: set[ProcessRef], groups: Collection[ProcessRef]) -> None:
@@ -163,7 +169,12 @@ def _reap(zombie: ProcessRef, targets: set[int]) -> bool:
     if parent != os.getpid():
         # A parent we are stopping dies soon and the zombie is reparented to us; any other
         # parent (a twin's supervisor) reaps it itself.
-        return parent not in targets
+        if parent is None or parent not in targets:
+            return True
+        # A parent whose leader is a zombie already but whose last threads are still exiting
+        # hands it on in a moment, to the parent's own reaper: done with, unless that is us.
+        stat = read_stat(parent)
+        return stat is not None and stat.state == "Z" and stat.ppid != os.getpid()
     try:
         pid, _ = os.waitpid(zombie.pid, os.WNOHANG)
     except ChildProcessError:
