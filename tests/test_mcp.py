@@ -139,8 +139,9 @@ async def test_a_process_holding_the_server_s_stdout_is_named_and_stopped(
 
 @both_loops
 async def test_a_command_that_cannot_run_is_an_oserror() -> None:
+    """A ``FileNotFoundError``, as the SDK's own client raises (and ``subprocess``)."""
     missing = StdioServerParameters(command="/nonexistent/mcp-server")
-    with pytest.raises(OSError, match="nonexistent"):
+    with pytest.raises(FileNotFoundError, match="nonexistent"):
         async with tether.mcp.stdio_client(missing):
             pass  # pragma: no cover
 

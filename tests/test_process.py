@@ -329,9 +329,13 @@ async def test_spawn_errors_name_the_program_and_errno(tmp_path: Path) -> None:
             await group.spawn(["no-such-program-xyz"])
         assert missing.value.errno == errno.ENOENT
         assert missing.value.program == "no-such-program-xyz"
+        # As OSError maps them (subprocess raises these): caught as such, named SpawnError.
+        assert isinstance(missing.value, FileNotFoundError)
+        assert repr(missing.value).startswith("SpawnError(2, ")
         with pytest.raises(SpawnError) as denied:
             await group.spawn([str(script)])
         assert denied.value.errno == errno.EACCES
+        assert isinstance(denied.value, PermissionError)
         with pytest.raises(SpawnError, match="working directory"):
             await group.spawn(["true"], cwd=tmp_path / "missing")
         with pytest.raises(ValueError, match="argv"):

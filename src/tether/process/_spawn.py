@@ -14,6 +14,7 @@ import errno
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from typing import Self, cast
 
 from .._procfs import CATCHABLE
 
@@ -25,13 +26,34 @@ _CHDIR_THEN_EXEC = 'cd -- "$0" && exec "$@"'
 class SpawnError(OSError):
     """A child could not be started; ``program`` names what was to run, ``errno`` why.
 
-    Nothing was left running.
+    Nothing was left running. As ``OSError`` itself does, one with ``ENOENT`` is also a
+    ``FileNotFoundError`` and one with ``EACCES`` a ``PermissionError``, so code written for
+    ``subprocess`` (or the MCP SDK's client) catches it as it would theirs.
     """
+
+    def __new__(cls, program: str, code: int, detail: str | None = None) -> Self:
+        kind = _KINDS.get(code, cls) if cls is SpawnError else cls
+        message = f"cannot execute {program!r}: {detail or os.strerror(code)}"
+        return super().__new__(cast("type[Self]", kind), code, message)
 
     def __init__(self, program: str, code: int, detail: str | None = None) -> None:
         super().__init__(code, f"cannot execute {program!r}: {detail or os.strerror(code)}")
         self.program = program
         """The program that could not be started."""
+
+
+class _NotFound(SpawnError, FileNotFoundError):
+    pass
+
+
+class _Denied(SpawnError, PermissionError):
+    pass
+
+
+for _kind in (_NotFound, _Denied):  # tracebacks and reprs name the public class
+    _kind.__name__ = _kind.__qualname__ = "SpawnError"
+    _kind.__module__ = "tether.process"
+_KINDS: dict[int, type[SpawnError]] = {errno.ENOENT: _NotFound, errno.EACCES: _Denied}
 
 
 def resolve(program: str, env: Mapping[str, str], cwd: str | None) -> str:
