@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,28 @@ def ours() -> list[psutil.Process]:
     (conftest), so a process that escaped a test by a double fork or ``setsid`` is here too,
     and a process some other program on the machine started never is."""
     return psutil.Process().children(recursive=True)
+
+
+def alive(process: psutil.Process) -> bool:
+    """Whether ``process`` still runs (a zombie does not)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def sleepers(durations: Collection[str]) -> list[psutil.Process]:
+    """The suite's own ``sleep N`` processes, for each N in ``durations`` (never another test
+    worker's or a user's)."""
+    found = []
+    for process in ours():
+        try:
+            cmdline = process.cmdline()
+        except psutil.Error:
+            continue
+        if len(cmdline) == 2 and cmdline[0].endswith("sleep") and cmdline[1] in durations:
+            found.append(process)
+    return found
 
 
 def marked(session: str) -> list[psutil.Process]:

@@ -24,7 +24,14 @@ import psutil
 import pytest
 import trio
 
-from helpers import SIGINT_REPORTER, ours, python, reap_zombie_children, wait_until
+from helpers import (
+    SIGINT_REPORTER,
+    alive,
+    python,
+    reap_zombie_children,
+    sleepers,
+    wait_until,
+)
 
 RUN = [sys.executable, "-m", "tether", "run", "--grace", "0.3"]
 
@@ -666,6 +673,9 @@ TREE = """
 """
 
 
+TREE_SLEEPS = {"1000", "1001", "1002", "1003", "1004"}
+
+
 async def test_a_killed_tether_run_leaves_no_survivor(tmp_path: Path) -> None:
     """``tether run`` is SIGKILLed (nothing of its own can run): its watcher stops all six,
     the one with a scrubbed environment and its own session included."""
@@ -673,36 +683,15 @@ async def test_a_killed_tether_run_leaves_no_survivor(tmp_path: Path) -> None:
     process = subprocess.Popen([*RUN, "--", "bash", "-c", textwrap.dedent(TREE), str(ready)])
     try:
         await wait_until(ready.exists)
-        await wait_until(lambda: len(_sleepers()) == 5)
+        await wait_until(lambda: len(sleepers(TREE_SLEEPS)) == 5)
         await trio.sleep(0.2)  # the watcher learns of orphans as they come (ADR 0023)
-        sleepers = _sleepers()
+        found = sleepers(TREE_SLEEPS)
         process.kill()
         process.wait()
-        await wait_until(lambda: all(not _alive(p) for p in sleepers), timeout=2 * 0.3 + 1 + 3)
+        await wait_until(lambda: not any(map(alive, found)), timeout=2 * 0.3 + 1 + 3)
     finally:
-        for sleeper in _sleepers():
+        for sleeper in sleepers(TREE_SLEEPS):
             sleeper.kill()
-
-
-def _sleepers() -> list[psutil.Process]:
-    found = []
-    for process in ours():  # never another test worker's or a user's sleepers
-        try:
-            cmdline = process.cmdline()
-        except psutil.Error:
-            continue
-        if len(cmdline) == 2 and cmdline[0].endswith("sleep") and cmdline[1] in {
-            "1000", "1001", "1002", "1003", "1004"
-        }:  # fmt: skip
-            found.append(process)
-    return found
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 # -- as PID 1 of a pid namespace (tini's reason to exist) --------------------------------------

@@ -16,12 +16,13 @@ import psutil
 import pytest
 import trio
 
-from helpers import ours, python, wait_until
+from helpers import alive, python, sleepers, wait_until
 from test_doc_blocks import block
 
 GRACE = 0.3
 RUN = [sys.executable, "-m", "tether", "run", "--die-with-parent", "--grace", str(GRACE)]
 HEADROOM = 5.0  # a loaded 2-core machine; the watcher itself answers at once
+SLEEPS = {"2000", "2001", "2002", "2003", "2004", "2005"}
 
 LAUNCHER = """
     import subprocess, sys
@@ -55,7 +56,7 @@ TREE = """
 def settled(orphans_settled: None) -> Iterator[None]:
     """tether run, its watcher and CMD's tree are orphaned here when the launcher dies."""
     yield
-    for process in _sleepers():
+    for process in sleepers(SLEEPS):
         process.kill()
 
 
@@ -67,15 +68,15 @@ async def test_the_parent_s_death_stops_cmd_s_whole_tree(tmp_path: Path) -> None
     assert launcher.stdout is not None
     run = psutil.Process(int(launcher.stdout.readline()))
     launcher.stdout.close()
-    await wait_until(lambda: ready.exists() and len(_sleepers()) == 5, timeout=20)
-    sleepers = _sleepers()
+    await wait_until(lambda: ready.exists() and len(sleepers(SLEEPS)) == 5, timeout=20)
+    found = sleepers(SLEEPS)
     launcher.kill()
     launcher.wait()
     killed = time.monotonic()
-    await wait_until(lambda: not any(map(_alive, sleepers)), timeout=2 * GRACE + 1 + HEADROOM)
+    await wait_until(lambda: not any(map(alive, found)), timeout=2 * GRACE + 1 + HEADROOM)
     took = time.monotonic() - killed
     assert took > GRACE - 0.05, "each of them ignores SIGTERM: the SIGKILL comes after the grace"
-    await wait_until(lambda: not _alive(run), timeout=HEADROOM)  # CMD ended: so does tether run
+    await wait_until(lambda: not alive(run), timeout=HEADROOM)  # CMD ended: so does tether run
 
 
 async def test_a_spawning_thread_s_exit_is_not_the_parent_s_death() -> None:
@@ -88,35 +89,16 @@ async def test_a_spawning_thread_s_exit_is_not_the_parent_s_death() -> None:
     assert launcher.stdout is not None
     run = psutil.Process(int(launcher.stdout.readline()))
     launcher.stdout.close()
-    await wait_until(lambda: len(_sleepers()) == 1, timeout=20)
-    (sleeper,) = _sleepers()
+    await wait_until(lambda: len(sleepers(SLEEPS)) == 1, timeout=20)
+    (sleeper,) = sleepers(SLEEPS)
     # Had the thread's exit been taken for a death, the sleep (which obeys SIGTERM) would be
     # gone within milliseconds of the watcher's answer: watch it for longer than a stop takes.
     await trio.sleep(2 * GRACE + 1)
-    assert _alive(sleeper)
-    assert _alive(run)
+    assert alive(sleeper)
+    assert alive(run)
     launcher.stdin.close()  # now the process itself ends
     launcher.wait(timeout=20)
-    await wait_until(lambda: not _alive(sleeper) and not _alive(run), timeout=GRACE + 1 + HEADROOM)
-
-
-def _sleepers() -> list[psutil.Process]:
-    found = []
-    for process in ours():  # never another test worker's or a user's sleepers
-        try:
-            cmdline = process.cmdline()
-        except psutil.Error:
-            continue
-        if len(cmdline) == 2 and cmdline[0].endswith("sleep") and cmdline[1].startswith("200"):
-            found.append(process)
-    return found
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    await wait_until(lambda: not alive(sleeper) and not alive(run), timeout=GRACE + 1 + HEADROOM)
 
 
 def test_the_mcp_page_s_config_runs() -> None:

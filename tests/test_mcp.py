@@ -23,7 +23,7 @@ import anyio
 import psutil
 import pytest
 
-from helpers import marked, python, unique_session, wait_until
+from helpers import alive, marked, python, unique_session, wait_until
 from loops import both_loops, both_loops_asyncio_slow
 from test_doc_blocks import block
 
@@ -94,7 +94,7 @@ async def test_a_client_sigkilled_mid_call_leaves_no_survivor(loop: str) -> None
     client.kill()
     client.wait()
     killed = time.monotonic()
-    await wait_until(lambda: not any(map(_alive, tree)), timeout=2 * GRACE + 1 + HEADROOM)
+    await wait_until(lambda: not any(map(alive, tree)), timeout=2 * GRACE + 1 + HEADROOM)
     assert time.monotonic() - killed < 2 * GRACE + 1 + HEADROOM
     assert marked(session) == []
 
@@ -113,8 +113,8 @@ async def test_a_server_ignoring_eof_and_sigterm_is_gone_within_the_ladder() -> 
             server = grandchild.parent()  # type: ignore[union-attr]  # not in its session
         left = time.monotonic()
     took = time.monotonic() - left
-    assert not _alive(grandchild)
-    assert server is None or not _alive(server)
+    assert not alive(grandchild)
+    assert server is None or not alive(server)
     assert took >= 2 * GRACE - 0.05, "it took SIGKILL, after stdin's grace and SIGTERM's"
     assert took < tether.mcp._stdio.FLUSH + 2 * GRACE + 1 + HEADROOM
 
@@ -133,7 +133,7 @@ async def test_a_process_holding_the_server_s_stdout_is_named_and_stopped(
         await session.initialize()
         held = await session.call_tool("hold", {"seconds": 600})
         holder = psutil.Process(int(held.content[0].text))  # type: ignore[union-attr]
-    assert not _alive(holder)
+    assert not alive(holder)
     assert f"pid={holder.pid} cmd=sleep 600 holds its stdout" in caplog.text
 
 
@@ -162,7 +162,7 @@ async def test_a_cancelled_client_still_stops_the_server_s_whole_tree() -> None:
             await client.call_tool("hang", {})
     assert scope.cancelled_caught
     assert len(tree) == 2, tree
-    assert not any(map(_alive, tree))
+    assert not any(map(alive, tree))
 
 
 async def test_a_nul_byte_in_the_command_is_a_valueerror_as_with_the_sdk() -> None:
@@ -226,13 +226,6 @@ def _children_running(script: str) -> Iterator[psutil.Process]:
                 yield process
         except psutil.Error:
             continue
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.mark.slow  # a second client and server, in a fresh interpreter: make test-slow, CI
