@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import subprocess
@@ -117,6 +118,22 @@ def harness_env(
         "TETHER_STATE_DIR": str(state),
         **extra,
     }
+
+
+def third_party(module: str, extra: str) -> None:
+    """At a test module's top: skip it without ``module`` (``pip install 'tether[extra]'``),
+    unless ``TETHER_REQUIRE_THIRD_PARTY`` (CI) says the third-party tests must run: then a
+    missing ``module`` fails it."""
+    if not os.environ.get("TETHER_REQUIRE_THIRD_PARTY"):
+        pytest.importorskip(module, reason=f"{module} comes with the {extra} extra")
+        return
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"{module} is not installed (pip install 'tether[{extra}]'), and"
+            " TETHER_REQUIRE_THIRD_PARTY says the third-party tests must run"
+        ) from exc
 
 
 def unique_session() -> str:

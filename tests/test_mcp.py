@@ -11,7 +11,6 @@ Skipped without the MCP SDK (``pip install 'tether[mcp]'``); under
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -23,26 +22,17 @@ import anyio
 import psutil
 import pytest
 
-from helpers import alive, marked, python, unique_session, wait_until
+from helpers import alive, marked, python, third_party, unique_session, wait_until
 from loops import both_loops, both_loops_asyncio_slow
 from test_doc_blocks import block
 
-if os.environ.get("TETHER_REQUIRE_THIRD_PARTY"):
-    try:
-        import mcp  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(
-            "the MCP SDK is not installed (pip install 'tether[mcp]'), and"
-            " TETHER_REQUIRE_THIRD_PARTY says the third-party tests must run"
-        ) from exc
-else:
-    pytest.importorskip("mcp", reason="the MCP SDK comes with the mcp extra")
+third_party("mcp", "mcp")
 
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters
-from mcp.shared.exceptions import MCPError
+from mcp import ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
-import tether.mcp
+import tether.mcp  # noqa: E402
 
 SERVER = str(Path(__file__).parent / "data" / "mcp_server.py")
 GRACE = 0.3

@@ -10,7 +10,6 @@ Skipped when openai-agents is not installed (``pip install 'tether[thirdparty]'`
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,22 +18,21 @@ from pathlib import Path
 import pytest
 import trio
 
-from helpers import count_named, harness_env, lingering_killer, marked, unique_session, wait_until
+from helpers import (
+    count_named,
+    harness_env,
+    lingering_killer,
+    marked,
+    third_party,
+    unique_session,
+    wait_until,
+)
 from test_doc_blocks import blocks
 from test_harness import BOUND, GRACE, FakeAgentd, _entries, _exit_code, agentd, cleanup
 from tether.harness import EXIT_SUPERSEDED
 from tether.harness.openai._fake import FakeModel
 
-if os.environ.get("TETHER_REQUIRE_THIRD_PARTY"):
-    try:
-        import agents  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(
-            "openai-agents is not installed (pip install 'tether[thirdparty]'), and"
-            " TETHER_REQUIRE_THIRD_PARTY says the third-party tests must run"
-        ) from exc
-else:
-    pytest.importorskip("agents", reason="openai-agents comes with the thirdparty extra")
+third_party("agents", "thirdparty")
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "openai_agents_harness.py"
 LONG_CALL = "setsid sleep 600 & sleep 600"

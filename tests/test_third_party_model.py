@@ -25,21 +25,12 @@ import pytest
 import trio
 
 from etcd_cluster import free_ports
-from helpers import unique_session, wait_until
+from helpers import third_party, unique_session, wait_until
 from test_openai_harness import entries, errors, partials, said, turn_done
 from tether import Agentd, SqliteEpochStore
 from tether.journal import Event, ToolCall, ToolResult
 
-if os.environ.get("TETHER_REQUIRE_THIRD_PARTY"):
-    try:
-        import fakellm  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(
-            "fakellm is not installed (pip install 'tether[thirdparty]'), and"
-            " TETHER_REQUIRE_THIRD_PARTY says the third-party model tests must run"
-        ) from exc
-else:
-    pytest.importorskip("fakellm", reason="fakellm comes with the thirdparty extra")
+third_party("fakellm", "thirdparty")
 
 HEARTBEAT = 0.2
 MODEL = "fakellm-model"
