@@ -43,11 +43,11 @@ class SpawnError(OSError):
 
 
 class _NotFound(SpawnError, FileNotFoundError):
-    pass
+    """A ``SpawnError`` for ``ENOENT``: the program or the working directory is missing."""
 
 
 class _Denied(SpawnError, PermissionError):
-    pass
+    """A ``SpawnError`` for ``EACCES``: not executable, or a directory."""
 
 
 for _kind in (_NotFound, _Denied):  # tracebacks and reprs name the public class
