@@ -18,10 +18,9 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Protocol, TextIO, TypeAlias
+from typing import TextIO, TypeAlias
 
 import anyio
-import anyio.abc
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -33,6 +32,7 @@ except ImportError as exc:  # pragma: no cover - without the extra
     raise ImportError("tether.mcp needs the MCP SDK: pip install 'tether[mcp]'") from exc
 
 from .. import _backend
+from .._fdstream import READ_SIZE, PipeStream
 from ..process import Child, ChildGroup
 from ..process._holders import pipe_holders
 from ..process._teardown import stop_processes
@@ -51,17 +51,6 @@ closes."""
 LINGER = 0.1
 """Seconds to wait for the end of the server's stdout once it exited; past them, whoever holds
 it open is named (and stopped with the rest of the tree)."""
-READ_SIZE = 65536
-
-
-class _Pipe(Protocol):
-    """A child's pipe as ``ChildGroup.spawn`` gives it (trio's ``FdStream`` or tether's)."""
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes: ...
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None: ...
-
-    def close(self) -> None: ...
 
 
 @asynccontextmanager
@@ -141,10 +130,6 @@ class _Transport:
         """The reader's scope: a cancelled caller must not stop the reading, or a server
         blocked writing output nobody takes never sees its stdin end and gets SIGTERM."""
 
-    def _pipe(self, name: str) -> _Pipe:
-        pipe: _Pipe = getattr(self.child, name)
-        return pipe
-
     async def read(self) -> None:
         """The server's stdout, line by line, to the session; once the session is gone, read
         and dropped (a server blocked on a full pipe could not exit) until its end."""
@@ -160,7 +145,7 @@ class _Transport:
         decode = codecs.getincrementaldecoder(self.server.encoding)(
             self.server.encoding_error_handler
         ).decode
-        stdout, buffer, listening = self._pipe("stdout"), "", True
+        stdout, buffer, listening = _opened(self.child.stdout), "", True
         async with self.read_writer:
             while chunk := await stdout.receive_some(READ_SIZE):
                 if not listening:
@@ -185,7 +170,7 @@ class _Transport:
     async def write(self) -> None:
         """The session's messages to the server's stdin, one JSON line each; if the server
         stops reading, the session's read stream ends (no request waits forever)."""
-        stdin = self._pipe("stdin")
+        stdin = _opened(self.child.stdin)
         broken: tuple[type[BaseException], ...] = (*_backend.closed_errors(), OSError)
         try:
             async with self.write_reader:
@@ -203,7 +188,7 @@ class _Transport:
     async def copy_stderr(self) -> None:
         """The server's stderr to ``errlog``, for an ``errlog`` without a descriptor."""
         decode = codecs.getincrementaldecoder(self.server.encoding)("replace").decode
-        stderr = self._pipe("stderr")
+        stderr = _opened(self.child.stderr)
         try:
             while chunk := await stderr.receive_some(READ_SIZE):
                 self.errlog.write(decode(chunk))
@@ -218,7 +203,7 @@ class _Transport:
         self.write_stream.close()
         with anyio.move_on_after(FLUSH):
             await self.writer_done.wait()
-        self._pipe("stdin").close()
+        _opened(self.child.stdin).close()
         with anyio.move_on_after(self.group.grace):
             await self.child.wait()
         if self.child.done:
@@ -226,10 +211,9 @@ class _Transport:
                 await self.stdout_ended.wait()
             if not self.stdout_ended.is_set():
                 await self._name_holders()
-        if self.group.members():
-            await stop_processes(
-                self.group.members, [self.child.ref], self.group.grace, interrupt=False
-            )
+        await stop_processes(
+            self.group.members, [self.child.ref], self.group.grace, interrupt=False
+        )  # returns at once if nothing is left
         self.child.close_streams()
 
     async def _name_holders(self) -> None:
@@ -250,6 +234,12 @@ def _parse(line: str) -> SessionMessage | Exception:
         logger.warning("MCP server sent a line that is not a JSON-RPC message: %s", exc)
         return exc
     return SessionMessage(message)
+
+
+def _opened(pipe: PipeStream | None) -> PipeStream:
+    """A pipe ``stdio_client`` asked ``spawn`` for (``PIPE``): never ``None``."""
+    assert pipe is not None
+    return pipe
 
 
 def _descriptor(errlog: TextIO) -> int | None:
